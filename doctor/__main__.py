@@ -1,0 +1,7 @@
+"""`python -m doctor` is `gpu-doctor`."""
+
+import sys
+
+from doctor.cli import main
+
+sys.exit(main())

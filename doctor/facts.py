@@ -1,0 +1,115 @@
+"""Facts: what probes measured, gathered once per run, each with its own error.
+
+`Facts.get(name)` computes a fact on first use (or waits for the thread that
+is computing it) and returns either the provider's value or a `ProbeFailure`.
+Providers never raise into the runner: an exception becomes a failure with
+the probe's name and the reason.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from doctor.case import Case
+from doctor.registry import PROVIDERS
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    """A probe that could not produce its fact: `kind` is 'timeout' or 'error'."""
+
+    probe: str
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"probe {self.probe!r} {'timed out' if self.kind == 'timeout' else 'failed'}: {self.detail}"
+
+
+class ProbeTimeout(Exception):
+    """Raised by a provider to report that its probe hit a time limit."""
+
+
+@dataclass
+class ProbeContext:
+    """What a provider may use: the case, the facts, and the time left."""
+
+    case: Case
+    facts: "Facts"
+    deadline: float
+    timeout: float
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def limit(self, own: float | None = None) -> float:
+        """The provider's own limit, capped by the run's remaining budget."""
+        return min(own if own is not None else self.timeout, self.remaining())
+
+    def need(self, name: str) -> Any:
+        """Another fact's value; re-raises its failure so this one fails too."""
+        value = self.facts.get(name)
+        if isinstance(value, ProbeFailure):
+            raise RuntimeError(f"needs {name}: {value.detail}")
+        return value
+
+
+class Facts:
+    """Lazily computed, thread-safe, per-run facts."""
+
+    def __init__(self, case: Case, deadline: float, preset: dict[str, Any] | None = None):
+        self.case = case
+        self.deadline = deadline
+        self._lock = threading.Lock()
+        self._futures: dict[str, Future[Any]] = {}
+        self.durations_ms: dict[str, float] = {}
+        for name, value in (preset or {}).items():
+            fut: Future[Any] = Future()
+            fut.set_result(value)
+            self._futures[name] = fut
+
+    def get(self, name: str) -> Any:
+        """The fact's value or a ProbeFailure; computes it in this thread if new."""
+        with self._lock:
+            fut = self._futures.get(name)
+            owner = fut is None
+            if owner:
+                fut = Future()
+                self._futures[name] = fut
+        assert fut is not None
+        if owner:
+            fut.set_result(self._compute(name))
+        remaining = max(0.0, self.deadline - time.monotonic()) + 1.0
+        try:
+            return fut.result(timeout=remaining)
+        except TimeoutError:
+            return ProbeFailure(name, "timeout", "the run's time budget ran out")
+
+    def __getitem__(self, name: str) -> Any:
+        return self.get(name)
+
+    def peek(self, name: str) -> Any:
+        """The value if already computed, else None; never computes."""
+        fut = self._futures.get(name)
+        return fut.result() if fut is not None and fut.done() else None
+
+    def _compute(self, name: str) -> Any:
+        prov = PROVIDERS.get(name)
+        if prov is None:
+            return ProbeFailure(name, "error", "no provider for this fact")
+        if time.monotonic() >= self.deadline:
+            return ProbeFailure(name, "timeout", "the run's time budget ran out before it started")
+        ctx = ProbeContext(self.case, self, self.deadline, prov.timeout)
+        start = time.monotonic()
+        try:
+            value = prov.fn(ctx)
+        except ProbeTimeout as exc:
+            value = ProbeFailure(name, "timeout", str(exc))
+        except Exception as exc:  # a probe never raises into the runner
+            value = ProbeFailure(name, "error", f"{type(exc).__name__}: {exc}")
+        self.durations_ms[name] = (time.monotonic() - start) * 1000
+        return value

@@ -1,0 +1,82 @@
+"""The headless gate: `gpu-doctor --check-only`.
+
+Bounded time, no prompt, no TUI; one reason line on stdout (or JSON), progress
+on stderr, exit 0/1/2. With the default `prologue` playbook it reads no user
+files and runs no user code, so it is safe as a Slurm Prolog run as root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from doctor import registry
+from doctor.cli import UsageError, case_from_args, print_json
+from doctor.playbook import PlaybookError, load_playbook
+from doctor.runner import CheckFinished, Event, run_checks
+from doctor.verdict import ExitCode, exit_code, reason_line, run_json
+
+
+def _progress(quiet: bool):  # type: ignore[no-untyped-def]
+    def on_event(ev: Event) -> None:
+        if not quiet and isinstance(ev, CheckFinished):
+            r = ev.result
+            print(f"  {r.check_id:<7} {r.status.value:<7} {r.message}", file=sys.stderr)
+    return on_event
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write text to path via a temp file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
+    name = args.playbook or ("prologue" if args.path is None else "scorep-ddp")
+    try:
+        playbook = load_playbook(name)
+    except PlaybookError as exc:
+        raise UsageError(str(exc)) from None
+    if playbook.reads_user_files and args.path is None:
+        args.path = "."
+    case = case_from_args(args, gate=True)
+    if not playbook.reads_user_files:
+        case = type(case)(**{**case.__dict__, "root": None})
+    check_ids = list(playbook.checks)
+    if args.only:
+        registry.load()
+        unknown = [c for c in args.only if c.upper() not in registry.CHECKS]
+        if unknown:
+            raise UsageError(f"unknown check ID {unknown[0]!r} (see `gpu-doctor list-checks`)")
+        check_ids = [c.upper() for c in args.only]
+    if not args.quiet:
+        print(f"gpu-doctor {playbook.name}: {len(check_ids)} checks on {case.host}"
+              f"{f' for {case.root}' if case.root else ''}", file=sys.stderr)
+    run = run_checks(case, check_ids, budget_s=args.timeout, on_event=_progress(args.quiet),
+                     playbook=playbook.name, mode="check-only")
+    doc = run_json(run, args.fail_on, argv)
+    if args.json_file:
+        try:
+            write_atomic(Path(args.json_file), json.dumps(doc, indent=2, default=str) + "\n")
+        except OSError as exc:
+            print(f"gpu-doctor: error: cannot write {args.json_file}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return ExitCode.ERROR
+    if args.json:
+        print_json(doc)
+    else:
+        print(reason_line(run, args.fail_on))
+    return int(exit_code(run, args.fail_on))

@@ -1,0 +1,82 @@
+"""Run a probe in a subprocess: own process group, hard timeout, killed as a group.
+
+A broken node's CUDA runtime can hang forever and a bad NVML call can
+segfault, so anything that touches a driver or runs user-side code goes
+through `run_isolated`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class Isolated:
+    """How a subprocess ended. `timed_out` means it was killed at the limit."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None
+
+    def json(self) -> Any:
+        """The last stdout line parsed as JSON (probes print one JSON line)."""
+        lines = [ln for ln in self.stdout.splitlines() if ln.strip()]
+        if not lines:
+            raise ValueError("probe printed nothing")
+        return json.loads(lines[-1])
+
+
+def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
+    """Kill a child's whole process group; ignore an already-gone group."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_isolated(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None,
+                 cwd: str | None = None, stdin_text: str | None = None) -> Isolated:
+    """Run argv in a new session with a hard timeout; kill the group on expiry."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env) if env is not None else None,
+            cwd=cwd, start_new_session=True, text=True, errors="replace",
+        )
+    except OSError as exc:
+        return Isolated(tuple(argv), None, "", f"cannot start {argv[0]}: {exc.strerror or exc}",
+                        time.monotonic() - start, False)
+    try:
+        out, err = proc.communicate(stdin_text, timeout=max(timeout, 0.01))
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        try:
+            out, err = proc.communicate(timeout=2.0)
+        except subprocess.TimeoutExpired:  # pipes held open by an unkillable grandchild
+            out, err = "", ""
+        timed_out = True
+    finally:
+        # A probe may leave grandchildren in its group even when it exits.
+        kill_group(proc)
+    return Isolated(tuple(argv), proc.returncode, out or "", err or "",
+                    time.monotonic() - start, timed_out)

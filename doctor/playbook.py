@@ -1,0 +1,63 @@
+"""Playbooks: declarative TOML that says which checks run, in which order, and what to launch."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+
+
+class PlaybookError(Exception):
+    """A playbook that cannot be found or read; the message names it."""
+
+
+@dataclass(frozen=True)
+class Playbook:
+    name: str
+    description: str
+    checks: tuple[str, ...]
+    reads_user_files: bool = True
+    remedies: tuple[str, ...] = ()
+    launch: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in PLAYBOOK_DIR.glob("*.toml"))
+
+
+def load_playbook(name_or_path: str) -> Playbook:
+    """Load a bundled playbook by name, or a TOML file by path."""
+    path = Path(name_or_path)
+    if path.suffix != ".toml":
+        path = PLAYBOOK_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise PlaybookError(f"unknown playbook {name_or_path!r} (available: {', '.join(available())})")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PlaybookError(f"{path}: cannot read playbook: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PlaybookError(f"{path}: not valid TOML: {exc}") from None
+    checks = data.get("checks")
+    if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
+        raise PlaybookError(f"{path}: 'checks' must be a list of check IDs")
+    from doctor import registry
+
+    registry.load()
+    missing = [c for c in checks if c not in registry.CHECKS]
+    if missing and not data.get("allow_missing", False):
+        raise PlaybookError(f"{path}: unknown check IDs: {', '.join(missing)}")
+    present = tuple(c for c in checks if c in registry.CHECKS)
+    return Playbook(
+        name=str(data.get("name", path.stem)),
+        description=str(data.get("description", "")),
+        checks=present,
+        reads_user_files=bool(data.get("reads_user_files", True)),
+        remedies=tuple(data.get("remedies", ())),
+        launch=dict(data.get("launch", {})),
+        source=str(path),
+    )

@@ -1,0 +1,175 @@
+"""The catalogue: checks, fact providers and remedies, each under a stable ID.
+
+Check modules (`checks/*.py`) and fact modules register themselves with the
+decorators below when imported. Keep those modules light: stdlib and `doctor`
+at the top level only; heavy libraries (otf2, libcst, bashlex, torch, textual)
+are imported inside the functions that need them, so the gate stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from doctor.model import Layer, Outcome, Safety
+
+if TYPE_CHECKING:
+    from doctor.facts import Facts, ProbeContext
+
+CheckFn = Callable[["Facts"], "Outcome | Iterable[Outcome]"]
+ProviderFn = Callable[["ProbeContext"], Any]
+
+# Modules that hold checks, in layer order. Missing modules are tolerated so a
+# layer can land on its own.
+CHECK_MODULES = (
+    "checks.node",
+    "checks.interconnect",
+    "checks.scorep",
+    "checks.launcher",
+    "checks.script",
+    "checks.trainer",
+    "checks.artifacts",
+)
+
+# Modules that provide facts (probes and analysers).
+FACT_MODULES = (
+    "doctor.probes.node",
+    "doctor.probes.p2p",
+    "doctor.jobfolder.facts",
+    "doctor.artifacts.facts",
+)
+
+REMEDY_MODULES = (
+    "remedies.node",
+    "remedies.p2p",
+    "remedies.scorep_env",
+    "remedies.launch",
+    "remedies.code",
+    "remedies.trainer",
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One catalogue entry. The function's docstring is what `explain` prints."""
+
+    id: str
+    layer: str
+    title: str
+    fn: CheckFn
+    needs: tuple[str, ...] = ()
+    depends_on: tuple[str, ...] = ()
+    remedies: tuple[str, ...] = ()
+    handles_failures: bool = False
+
+    @property
+    def doc(self) -> str:
+        return inspect.cleandoc(self.fn.__doc__ or "")
+
+
+@dataclass(frozen=True)
+class FactProvider:
+    """Produces one named fact. `timeout` is the provider's own limit in seconds."""
+
+    name: str
+    fn: ProviderFn
+    timeout: float = 10.0
+    reads_user_files: bool = False
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """A remedy family member. `plan` (issue: remedies) turns a case into a Plan."""
+
+    id: str
+    safety: Safety
+    title: str
+    steps: tuple[str, ...] = ()
+    plan: Callable[..., Any] | None = None
+    fixes: tuple[str, ...] = field(default=())
+
+
+CHECKS: dict[str, Check] = {}
+PROVIDERS: dict[str, FactProvider] = {}
+REMEDIES: dict[str, Remedy] = {}
+_loaded = False
+
+
+def check(id: str, layer: Layer | str, title: str, *, needs: Sequence[str] = (),
+          depends_on: Sequence[str] = (), remedies: Sequence[str] = (),
+          handles_failures: bool = False) -> Callable[[CheckFn], CheckFn]:
+    """Register a check function under a stable ID."""
+
+    def register(fn: CheckFn) -> CheckFn:
+        if id in CHECKS and CHECKS[id].fn.__qualname__ != fn.__qualname__:
+            raise ValueError(f"check {id} registered twice")
+        CHECKS[id] = Check(id, Layer(layer).value, title, fn, tuple(needs), tuple(depends_on),
+                           tuple(remedies), handles_failures)
+        return fn
+
+    return register
+
+
+def provider(name: str, *, timeout: float = 10.0,
+             reads_user_files: bool = False) -> Callable[[ProviderFn], ProviderFn]:
+    """Register a fact provider."""
+
+    def register(fn: ProviderFn) -> ProviderFn:
+        PROVIDERS[name] = FactProvider(name, fn, timeout, reads_user_files)
+        return fn
+
+    return register
+
+
+def remedy(id: str, safety: Safety | str, title: str, *, steps: Sequence[str] = (),
+           fixes: Sequence[str] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a remedy with a plan function (decorator form)."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        REMEDIES[id] = Remedy(id, Safety(safety), title, tuple(steps), fn, tuple(fixes))
+        return fn
+
+    return register
+
+
+def manual_remedy(id: str, title: str, steps: Sequence[str], fixes: Sequence[str] = ()) -> None:
+    """Register a remedy that only prints exact steps."""
+    REMEDIES[id] = Remedy(id, Safety.MANUAL, title, tuple(steps), None, tuple(fixes))
+
+
+def _import_all(names: Iterable[str]) -> None:
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is not None:
+            importlib.import_module(name)
+
+
+def load() -> None:
+    """Import every catalogue module once."""
+    global _loaded
+    if _loaded:
+        return
+    _import_all(CHECK_MODULES)
+    _import_all(FACT_MODULES)
+    _import_all(REMEDY_MODULES)
+    _loaded = True
+
+
+def get_check(check_id: str) -> Check:
+    load()
+    try:
+        return CHECKS[check_id.upper()]
+    except KeyError:
+        raise KeyError(f"unknown check ID {check_id!r} (see `gpu-doctor list-checks`)") from None
+
+
+def all_checks() -> list[Check]:
+    load()
+    layer_index = {layer.value: i for i, layer in enumerate(Layer)}
+    return sorted(CHECKS.values(), key=lambda c: (layer_index[c.layer], c.id))

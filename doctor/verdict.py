@@ -1,0 +1,120 @@
+"""Exit codes, the one-line reason, and the versioned JSON document of a run."""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+from typing import Any
+
+from doctor import __version__, registry
+from doctor.model import CheckResult, Layer, Status
+from doctor.runner import Run
+
+SCHEMA_VERSION = "1.0"
+
+
+class ExitCode(enum.IntEnum):
+    """The gate's exit codes: an API that Slurm configs and scripts rely on."""
+
+    OK = 0
+    FINDINGS = 1
+    ERROR = 2
+
+
+FAIL_ON = {"error": (Status.FAIL,), "warning": (Status.FAIL, Status.WARN)}
+
+
+def blocking(results: list[CheckResult], fail_on: str = "error") -> list[CheckResult]:
+    """Results that make the run fail at this threshold.
+
+    Any finding at or above the threshold, plus `unknown`/`timeout` on a node
+    check: a node we could not measure is not a node to run on.
+    """
+    bad = []
+    for r in results:
+        if r.status in FAIL_ON[fail_on]:
+            bad.append(r)
+        elif r.layer == Layer.NODE.value and r.status in (Status.UNKNOWN, Status.TIMEOUT):
+            bad.append(r)
+    return bad
+
+
+def exit_code(run: Run, fail_on: str = "error") -> ExitCode:
+    return ExitCode.FINDINGS if blocking(run.results, fail_on) else ExitCode.OK
+
+
+def counts(results: list[CheckResult]) -> dict[str, int]:
+    out = {s.value: 0 for s in Status}
+    for r in results:
+        out[r.status.value] += 1
+    return out
+
+
+def reason_line(run: Run, fail_on: str = "error") -> str:
+    """The one line a prologue log or a job script shows."""
+    host = run.case.host
+    bad = blocking(run.results, fail_on)
+    if bad:
+        parts = [f"{r.check_id} {r.status.value}: {r.message}" for r in bad]
+        return f"gpu-doctor: FAIL on {host}: " + "; ".join(parts)
+    c = counts(run.results)
+    summary = ", ".join(f"{n} {s}" for s, n in c.items() if n)
+    warns = [r.check_id for r in run.results if r.status == Status.WARN]
+    note = f" (warnings: {', '.join(warns)})" if warns else ""
+    return f"gpu-doctor: OK on {host}: {summary or 'no checks'}{note}"
+
+
+def _remedy_json(rid: str, applied: dict[str, Any]) -> dict[str, Any]:
+    rem = registry.REMEDIES.get(rid)
+    state = applied.get(rid, {})
+    return {"id": rid, "safety": rem.safety.value if rem else "manual",
+            "title": rem.title if rem else rid,
+            "applied": bool(state.get("applied", False)), "verified": state.get("verified")}
+
+
+def check_json(r: CheckResult, applied: dict[str, Any] | None = None) -> dict[str, Any]:
+    applied = applied or {}
+    return {
+        "id": r.check_id,
+        "layer": r.layer,
+        "title": r.title,
+        "status": r.status.value,
+        "message": r.message,
+        "duration_ms": round(r.duration_ms, 1),
+        "evidence": [e.to_json() for e in r.evidence],
+        "entities": [dict(e) for e in r.entities],
+        "remedies": [_remedy_json(rid, applied) for rid in r.remedies],
+        "findings": [
+            {"status": f.status.value, "message": f.message,
+             "evidence": [e.to_json() for e in f.evidence],
+             "entities": dict(f.entities), "remedies": list(f.remedies),
+             "data": dict(f.data)}
+            for f in r.findings
+        ],
+    }
+
+
+def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) -> dict[str, Any]:
+    code = exit_code(run, fail_on)
+    overall = "fail" if code else ("warn" if any(r.status == Status.WARN for r in run.results) else "pass")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "gpu-doctor", "version": __version__},
+        "run": {
+            "mode": run.mode,
+            "playbook": run.playbook,
+            "host": run.case.host,
+            "slurm_job_id": run.case.env.get("SLURM_JOB_ID"),
+            "path": str(run.case.root) if run.case.root else None,
+            "start": run.started.isoformat(),
+            "duration_s": round(run.duration_s, 3),
+            "fail_on": fail_on,
+            "argv": argv if argv is not None else sys.argv[1:],
+            "uid": os.geteuid() if hasattr(os, "geteuid") else None,
+        },
+        "status": overall,
+        "exit_code": int(code),
+        "counts": counts(run.results),
+        "checks": [check_json(r, run.extra.get("applied")) for r in run.results],
+    }

@@ -1,0 +1,1 @@
+"""Bundled TOML playbooks (data only)."""

@@ -1,0 +1,1 @@
+"""Remedies: one module per family; plan -> preview -> apply -> verify -> undo."""
