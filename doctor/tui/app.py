@@ -1,0 +1,290 @@
+"""The interactive assistant: `gpu-doctor [PATH]`.
+
+The app renders what the engine returns; it never measures anything itself.
+Checks run in a thread worker that posts small messages as each check ends.
+Build it with `make_app(case, options)` so tests can drive it with Pilot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.command import Hit, Hits, Provider
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Header, Static
+
+from doctor.case import Case
+from doctor.model import CheckResult, Layer, Status
+from doctor.playbook import load_playbook
+from doctor.runner import CheckFinished, CheckStarted, Event, Run, run_checks
+from doctor.verdict import counts, exit_code
+
+STATUS_STYLE = {
+    Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red",
+    Status.SKIP: "dim", Status.UNKNOWN: "magenta", Status.TIMEOUT: "bold magenta",
+}
+STATUS_ICON = {
+    Status.PASS: "✔", Status.WARN: "▲", Status.FAIL: "✖",
+    Status.SKIP: "·", Status.UNKNOWN: "?", Status.TIMEOUT: "⏱",
+}
+
+
+def status_text(status: Status | None) -> Text:
+    if status is None:
+        return Text("… pending", style="dim italic")
+    return Text(f"{STATUS_ICON[status]} {status.value}", style=STATUS_STYLE[status])
+
+
+@dataclass
+class Options:
+    """What the app was asked for on the command line."""
+
+    playbook: str = "scorep-ddp"
+    budget_s: float = 60.0
+    fail_on: str = "error"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class CheckUpdate(Message):
+    """A check started or finished (posted from the checks worker)."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class ChecksDone(Message):
+    def __init__(self, run: Run) -> None:
+        super().__init__()
+        self.run = run
+
+
+class DoctorCommands(Provider):
+    """Command palette entries for the main actions."""
+
+    async def search(self, query: str) -> Hits:
+        app = self.app
+        assert isinstance(app, DoctorApp)
+        entries = [
+            ("Re-run checks", app.action_rerun, "Run every check of the playbook again"),
+            ("Fix: preview and apply remedies", app.action_fix, "Choose remedies, preview diffs, apply"),
+            ("Undo applied remedies", app.action_undo, "Restore files from the journal"),
+            ("Launch the per-rank run", app.action_launch, "Start the fixed run with live status"),
+            ("Export a report", app.action_report, "Write a redacted report file"),
+        ]
+        matcher = self.matcher(query)
+        for name, action, help_text in entries:
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), action, help=help_text)
+
+
+class DoctorApp(App[int]):
+    """Overview of every check by layer, live; drill into findings, fix, launch, report."""
+
+    CSS_PATH = "doctor.tcss"
+    TITLE = "gpu-doctor"
+    COMMANDS = App.COMMANDS | {DoctorCommands}
+    BINDINGS = [
+        Binding("enter", "open", "Details", show=False),
+        Binding("r", "rerun", "Re-run"),
+        Binding("f", "fix", "Fix"),
+        Binding("u", "undo", "Undo"),
+        Binding("l", "launch", "Launch"),
+        Binding("e", "report", "Export report"),
+        Binding("ctrl+c", "stop_or_quit", "Stop/Quit", priority=True),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, case: Case, options: Options) -> None:
+        super().__init__()
+        self.case = case
+        self.options = options
+        self.results: dict[str, CheckResult] = {}
+        self.run_result: Run | None = None
+        self.checks_running = False
+        self.sub_title = str(case.root) if case.root else "this node"
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="verdict")
+        yield DataTable(id="checks", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#checks", DataTable)
+        table.add_column("layer", key="layer", width=13)
+        table.add_column("check", key="check", width=7)
+        table.add_column("status", key="status", width=11)
+        table.add_column("finding", key="message")
+        self._install_signal_handlers()
+        self.action_rerun()
+
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM/SIGHUP: stop running ranks and exit cleanly (ctrl+c is a key here)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.add_signal_handler(sig, lambda: self.call_later(self.shutdown_from_signal))
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                pass
+
+    async def shutdown_from_signal(self) -> None:
+        await self.stop_ranks()
+        self.exit(130)
+
+    async def stop_ranks(self) -> None:
+        """Stop every running rank (overridden by the launch screen when active)."""
+        launch = getattr(self, "launch_screen", None)
+        if launch is not None:
+            await launch.stop_run()
+
+    def playbook_checks(self) -> list[str]:
+        return list(load_playbook(self.options.playbook).checks)
+
+    def action_rerun(self) -> None:
+        if self.checks_running:
+            return
+        table = self.query_one("#checks", DataTable)
+        table.clear()
+        self.results.clear()
+        from doctor.runner import order_checks
+
+        for chk in order_checks(self.playbook_checks()):
+            table.add_row(Text(chk.layer, style="bold"), chk.id, status_text(None),
+                          Text(chk.title, style="dim"), key=chk.id)
+        self.update_verdict()
+        self.run_checks_worker()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checks",
+          description="running the playbook's checks")
+    def run_checks_worker(self) -> Run:
+        self.checks_running = True
+        try:
+            run = run_checks(self.case, self.playbook_checks(), budget_s=self.options.budget_s,
+                             on_event=lambda ev: self.post_message(CheckUpdate(ev)),
+                             playbook=self.options.playbook, mode="interactive")
+        finally:
+            self.checks_running = False
+        self.post_message(ChecksDone(run))
+        return run
+
+    @on(CheckUpdate)
+    def show_check(self, message: CheckUpdate) -> None:
+        table = self.query_one("#checks", DataTable)
+        ev = message.event
+        if isinstance(ev, CheckStarted):
+            table.update_cell(ev.check_id, "status", Text("⟳ running", style="cyan"))
+        elif isinstance(ev, CheckFinished):
+            r = ev.result
+            self.results[r.check_id] = r
+            table.update_cell(r.check_id, "status", status_text(r.status))
+            table.update_cell(r.check_id, "message", Text(r.message), update_width=False)
+            self.update_verdict()
+
+    @on(ChecksDone)
+    def checks_done(self, message: ChecksDone) -> None:
+        self.run_result = message.run
+        self.update_verdict()
+
+    def update_verdict(self) -> None:
+        c = counts(list(self.results.values()))
+        parts = [Text.assemble((f"{STATUS_ICON[s]} {c[s.value]} {s.value}", STATUS_STYLE[s]), "  ")
+                 for s in Status if c[s.value]]
+        if self.run_result is not None and not self.checks_running:
+            bad = exit_code(self.run_result, self.options.fail_on)
+            head = Text(" NOT READY " if bad else " READY ", style="bold white on red" if bad
+                        else "bold white on green")
+        else:
+            head = Text(" CHECKING ", style="bold black on yellow")
+        self.query_one("#verdict", Static).update(Text.assemble(head, "  ", *parts))
+
+    def selected_result(self) -> CheckResult | None:
+        table = self.query_one("#checks", DataTable)
+        if table.row_count == 0:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return self.results.get(str(key))
+
+    @on(DataTable.RowSelected, "#checks")
+    def row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        result = self.selected_result()
+        if result is None:
+            self.notify("This check has not finished yet.", severity="warning")
+            return
+        from doctor.tui.finding import FindingScreen
+
+        self.push_screen(FindingScreen(result, self.case))
+
+    def action_fix(self) -> None:
+        from doctor.tui.fix import FixScreen
+
+        if self.run_result is None:
+            self.notify("Wait for the checks to finish first.", severity="warning")
+            return
+        self.push_screen(FixScreen(self.case, self.run_result), self._after_fix)
+
+    def _after_fix(self, changed: bool | None) -> None:
+        if changed:
+            self.action_rerun()
+
+    def action_undo(self) -> None:
+        from doctor.tui.fix import undo_all
+
+        self.notify(undo_all(self.case))
+        self.action_rerun()
+
+    def action_launch(self) -> None:
+        from doctor.tui.launch import LaunchScreen
+
+        screen = LaunchScreen(self.case, self.options)
+        self.launch_screen = screen
+        self.push_screen(screen)
+
+    def action_report(self) -> None:
+        from doctor.tui.report import ReportScreen
+
+        self.push_screen(ReportScreen(self.case, self.options))
+
+    async def action_stop_or_quit(self) -> None:
+        launch = getattr(self, "launch_screen", None)
+        if launch is not None and launch.running:
+            await launch.stop_run()
+            self.notify("Stopping every rank…")
+            return
+        self.exit(int(exit_code(self.run_result, self.options.fail_on)) if self.run_result else 0)
+
+
+def make_app(case: Case, options: Options | None = None) -> DoctorApp:
+    """Build the app without running it (tests use `app.run_test()`)."""
+    return DoctorApp(case, options or Options())
+
+
+def main(args: argparse.Namespace) -> int:
+    from doctor.cli import case_from_args
+
+    case = case_from_args(args if args.path is not None else _with_path(args, "."))
+    options = Options(playbook=args.playbook or "scorep-ddp", budget_s=args.timeout,
+                      fail_on=args.fail_on)
+    result = make_app(case, options).run()
+    return int(result or 0)
+
+
+def _with_path(args: argparse.Namespace, path: str) -> argparse.Namespace:
+    args.path = path
+    return args
+
+
+LAYERS = [layer.value for layer in Layer]

@@ -1,0 +1,95 @@
+"""Finding detail: the message, the evidence (code highlighted), the catalogue entry, the remedies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group, RenderableType
+from rich.markdown import Markdown
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from doctor import registry
+from doctor.case import Case
+from doctor.model import CheckResult, Evidence
+from doctor.tui.app import status_text
+
+CONTEXT_LINES = 3
+MAX_SOURCE_BYTES = 2_000_000
+
+
+def evidence_renderable(ev: Evidence) -> RenderableType:
+    """An evidence line; with file:line, the source around it, highlighted."""
+    head = Text.assemble(("• ", "bold"), (f"{ev.label}: " if ev.label else "", "bold"), ev.text)
+    if not ev.file or not ev.line:
+        if ev.file:
+            head.append(f"  ({ev.file})", style="dim")
+        return head
+    path = Path(ev.file)
+    lexer = "python" if path.suffix == ".py" else ("bash" if path.suffix in (".sh", ".sbatch", "") else "text")
+    try:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            raise OSError("too large to show")
+        code = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return Text.assemble(head, (f"  {ev.file}:{ev.line}", "dim"))
+    first = max(1, ev.line - CONTEXT_LINES)
+    last = ev.line + CONTEXT_LINES
+    syntax = Syntax(code, lexer, line_numbers=True, line_range=(first, last),
+                    highlight_lines={ev.line}, theme="ansi_dark", word_wrap=True)
+    return Group(Text.assemble(head, (f"  {ev.file}:{ev.line}", "cyan")), syntax)
+
+
+class FindingScreen(Screen[None]):
+    """One check's result in full."""
+
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "Back"), Binding("f", "app.fix", "Fix")]
+
+    def __init__(self, result: CheckResult, case: Case) -> None:
+        super().__init__()
+        self.result = result
+        self.case = case
+
+    def compose(self) -> ComposeResult:
+        r = self.result
+        yield Header()
+        with VerticalScroll(id="finding"):
+            yield Static(Text.assemble((f"{r.check_id} ", "bold"), (r.title, "bold"), "  ",
+                                       status_text(r.status)), id="finding-title")
+            yield Static(Text(r.message), id="finding-message")
+            yield Static(Text("Evidence", style="bold underline"))
+            for f in r.findings:
+                if len(r.findings) > 1:
+                    yield Static(Text.assemble(status_text(f.status), " ", f.message))
+                for ev in f.evidence:
+                    yield Static(evidence_renderable(ev), classes="evidence")
+            if not r.evidence:
+                yield Static(Text("(no evidence recorded)", style="dim"))
+            yield Static(Text("Remedies", style="bold underline"))
+            yield Static(self.remedies_renderable(), id="remedies")
+            yield Static(Text("About this check", style="bold underline"))
+            yield Static(Markdown(registry.get_check(r.check_id).doc or "(no documentation)"),
+                         id="explain")
+        yield Footer()
+
+    def remedies_renderable(self) -> RenderableType:
+        rows: list[RenderableType] = []
+        for rid in self.result.remedies:
+            rem = registry.REMEDIES.get(rid)
+            if rem is None:
+                rows.append(Text(f"{rid}"))
+                continue
+            rows.append(Text.assemble((f"{rid} ", "bold"), (f"[{rem.safety.value}] ", "cyan"), rem.title))
+            for step in rem.steps:
+                rows.append(Text(f"    {step}", style="dim"))
+        from doctor.tui.fix import preview_text
+
+        diff = preview_text(self.case, [self.result])
+        if diff:
+            rows.append(Syntax(diff, "diff", theme="ansi_dark", word_wrap=True))
+        return Group(*rows) if rows else Text("none: this check needs no remedy", style="dim")
