@@ -78,6 +78,17 @@ def add_case_args(p: argparse.ArgumentParser, path_default: str | None = None) -
                    help="2 adds active tests (P2P data integrity)")
     p.add_argument("--timeout", type=positive_float, default=60.0, metavar="S",
                    help="global time budget in seconds (default 60)")
+    p.add_argument("--p2p-size", type=p2p_size, metavar="SIZE",
+                   help="bytes per GPU pair for the --level 2 peer-copy test, e.g. 256M (default 32M)")
+
+
+def p2p_size(text: str) -> int:
+    from doctor.probes.p2p import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def check_path(text: str | None) -> Path | None:
@@ -102,6 +113,7 @@ def case_from_args(args: argparse.Namespace, gate: bool = False) -> Case:
         expect_gpus=args.expect_gpus,
         level=args.level,
         gate=gate,
+        options={"p2p_size": args.p2p_size} if getattr(args, "p2p_size", None) else {},
     )
 
 

@@ -8,6 +8,7 @@ files and runs no user code, so it is safe as a Slurm Prolog run as root.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -26,6 +27,9 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
         if not quiet and isinstance(ev, CheckFinished):
             r = ev.result
             print(f"  {r.check_id:<7} {r.status.value:<7} {r.message}", file=sys.stderr)
+            for f in r.findings:  # a matrix (P2P001/P2P002) reads better than a message
+                if isinstance(f.data.get("matrix"), str):
+                    print("\n".join(f"          {ln}" for ln in f.data["matrix"].splitlines()), file=sys.stderr)
     return on_event
 
 
@@ -62,6 +66,11 @@ def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
         if unknown:
             raise UsageError(f"unknown check ID {unknown[0]!r} (see `gpu-doctor list-checks`)")
         check_ids = [c.upper() for c in args.only]
+    # --level 2 (or a playbook that asks for it, or naming checks with --only) runs active tests.
+    level = max(case.level, playbook.level, 2 if args.only else 1)
+    if level >= 2 and not args.only:
+        check_ids += [c for c in playbook.active_checks if c not in check_ids]
+    case = dataclasses.replace(case, level=level)
     if not args.quiet:
         print(f"gpu-doctor {playbook.name}: {len(check_ids)} checks on {case.host}"
               f"{f' for {case.root}' if case.root else ''}", file=sys.stderr)

@@ -23,6 +23,8 @@ class Playbook:
     remedies: tuple[str, ...] = ()
     launch: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    level: int = 1  # the least --level this playbook runs at (p2p: 2, the active test)
+    active_checks: tuple[str, ...] = ()  # added at --level 2
 
 
 def available() -> list[str]:
@@ -60,4 +62,20 @@ def load_playbook(name_or_path: str) -> Playbook:
         remedies=tuple(data.get("remedies", ())),
         launch=dict(data.get("launch", {})),
         source=str(path),
+        level=_level(path, data),
+        active_checks=tuple(c for c in _check_list(path, data, "active_checks") if c in registry.CHECKS),
     )
+
+
+def _level(path: Path, data: dict[str, Any]) -> int:
+    level = data.get("level", 1)
+    if level not in (1, 2):
+        raise PlaybookError(f"{path}: 'level' must be 1 or 2, got {level!r}")
+    return int(level)
+
+
+def _check_list(path: Path, data: dict[str, Any], key: str) -> list[str]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise PlaybookError(f"{path}: {key!r} must be a list of check IDs")
+    return value

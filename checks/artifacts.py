@@ -1,0 +1,313 @@
+"""Artifacts layer: what the run left behind (experiment folders, traces, profiles, logs).
+
+The field guide's worst surprises show only after a run: a trace of the
+launcher agent alone (error 8), zero CUDA kernels despite SCOREP_CUDA_ENABLE
+(error 9), dropped CUPTI records (error 10), ranks that died at teardown and
+left no trace (error 11).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.artifacts.discover import cuda_requested
+from doctor.artifacts.experiments import Experiment, Experiments
+from doctor.artifacts.jobinfo import expected_ranks, job_cuda_enable
+from doctor.artifacts.logscan import LogScan
+from doctor.artifacts.signatures import SIGNATURE_CHECKS, signature_outcome
+from doctor.facts import Facts, ProbeFailure
+from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
+from doctor.registry import check
+
+ARTIFACTS = Layer.ARTIFACTS
+
+
+def _job(facts: Facts) -> Any:
+    """The parsed job folder if some provider gives it; the ART checks work without."""
+    value = facts.get("job")
+    return None if isinstance(value, ProbeFailure) else value
+
+
+def _none_found(exps: Experiments) -> Outcome:
+    where = exps.root or "the job folder"
+    return skip(f"no Score-P experiment folders under {where} (nothing to verify yet)")
+
+
+def describe(exp: Experiment) -> str:
+    """'1 process, 1 CPU thread, 2 GPU locations (CUDA[0:7], CUDA[0:20])'."""
+    gpus = exp.gpu_locations
+    cpus = max((len(s.cpu_threads) for s in exp.readable), default=0)
+    names = ", ".join(g.name for g in gpus[:4]) + (", ..." if len(gpus) > 4 else "")
+    text = f"{exp.processes} process{'es' if exp.processes != 1 else ''}, {cpus} CPU thread(s), " \
+           f"{len(gpus)} GPU location(s)"
+    return text + (f" ({names})" if gpus else "")
+
+
+def score_line(exp: Experiment) -> Evidence | None:
+    """The scorep-score summary of the profile: 'USR 98.9%, SCOREP 1.1% of 38.5 s'."""
+    prof = exp.profile
+    if prof is None or not prof.ok or not prof.by_type or not prof.total_time:
+        return None
+    parts = [f"{row['type']} {100 * row['time'] / prof.total_time:.1f}%" for row in prof.by_type]
+    return Evidence(f"{', '.join(parts)} of {prof.total_time:.2f} s", prof.path, None, "scorep-score")
+
+
+def _unreadable(exps: Experiments) -> Outcome | None:
+    if any(e.readable for e in exps.folders):
+        return None
+    bad = [e for e in exps.folders if e.problems]
+    ev = [Evidence(p, e.path) for e in bad for p in e.problems[:2]]
+    return unknown(f"none of the {len(exps.folders)} experiment folder(s) holds a readable trace or "
+                   "profile (see ART003)", ev[:8])
+
+
+@check("ART001", ARTIFACTS, "The trace holds the ranks, not just the launcher", needs=["experiments"],
+       remedies=["per-rank-launch"])
+def launcher_only(facts: Facts) -> Outcome | list[Outcome]:
+    """What it does:
+    Reads the definitions of every trace (`traces.otf2`) and profile (`profile.cubex`)
+    in the job folder's Score-P experiment folders and flags a measurement that holds
+    exactly one process whose regions are torch's elastic agent (`_invoke_run`,
+    `LocalElasticAgent`...) and no GPU locations or CUDA regions.
+
+    Why is this bad?
+    `python -m scorep torchrun ...` measures the launcher: Score-P removes its
+    LD_PRELOAD after the re-exec, so the workers torchrun spawns run unmeasured. The
+    trace opens fine and shows one long `_invoke_run` bar: the agent waiting.
+
+    Example:
+    `traces/` holds `0.def 0.evt` for an 8-GPU run; `scorep-score` shows USR 98.9%
+    and no CUDA type.
+
+    Remedy:
+    Launch each rank yourself, each as its own `python -m scorep` process with its own
+    `SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N` (`gpu-doctor launch` does this).
+
+    Fix safety:
+    Unsafe: it rewrites how the job starts; review the generated launch first.
+    """
+    exps: Experiments = facts["experiments"]
+    if not exps.folders:
+        return _none_found(exps)
+    bad = _unreadable(exps)
+    if bad is not None:
+        return bad
+    outcomes: list[Outcome] = []
+    for exp in exps.folders:
+        if not exp.launcher_only:
+            continue
+        ev = [Evidence(describe(exp), exp.path, label="measured"),
+              Evidence(", ".join(exp.agent_regions[:3]), exp.path, label="elastic-agent regions")]
+        score = score_line(exp)
+        if score is not None:
+            ev.append(score)
+        outcomes.append(fail(
+            f"{exp.dir.name}: only the launcher was measured (one process, elastic-agent regions, "
+            "no GPU locations): the workers ran unmeasured",
+            ev, "per-rank-launch", entities={"folder": exp.path}))
+    if outcomes:
+        return outcomes
+    measured = [e for e in exps.folders if e.readable]
+    return passed(f"{len(measured)} experiment folder(s) measured the workers, not only the launcher",
+                  [Evidence(describe(e), e.path) for e in measured[:8]])
+
+
+@check("ART002", ARTIFACTS, "CUDA activity was recorded where it was asked for",
+       needs=["experiments"], remedies=["scorep-add-cuda"])
+def cuda_recorded(facts: Facts) -> Outcome | list[Outcome]:
+    """What it does:
+    For every experiment folder whose `scorep.cfg` (the settings the run really had)
+    or whose job environment sets `SCOREP_CUDA_ENABLE`, looks for CUDA in the trace or
+    profile definitions: GPU locations named `CUDA[dev:stream]` and regions of the CUDA
+    paradigm. GPU locations of other kinds (`HIP[0:0]`) do not count as CUDA.
+
+    Why is this bad?
+    `SCOREP_CUDA_ENABLE` only configures the CUDA adapter; without `--cuda` on
+    `python -m scorep` the adapter is never loaded and the measurement holds no kernel,
+    no memcpy and no NCCL collective, only Python regions.
+
+    Example:
+    `SCOREP_CUDA_ENABLE=kernel,memcpy,sync` in scorep.cfg, `scorep-score` shows USR
+    98% and no CUDA type.
+
+    Remedy:
+    Add `--cuda` to the launch: `python -m scorep --cuda --thread=pthread train.py`.
+
+    Fix safety:
+    Safe: it adds a flag to the instrumented command.
+    """
+    exps: Experiments = facts["experiments"]
+    if not exps.folders:
+        return _none_found(exps)
+    bad = _unreadable(exps)
+    if bad is not None:
+        return bad
+    job_setting = job_cuda_enable(_job(facts))
+    outcomes = [o for e in exps.folders if e.readable and not e.launcher_only
+                for o in [_cuda_outcome(e, job_setting)] if o is not None]
+    if not outcomes:
+        return skip("CUDA recording was not asked for (no SCOREP_CUDA_ENABLE in scorep.cfg or the job)")
+    return outcomes
+
+
+def _cuda_outcome(exp: Experiment, job_setting: tuple[str, Evidence] | None) -> Outcome | None:
+    name = exp.dir.name
+    cuda = exp.cuda_locations
+    if cuda or exp.cuda_regions:
+        nccl = exp.nccl_kernels
+        extra = f", NCCL kernels ({nccl[0]}...)" if nccl else ""
+        return passed(f"{name}: {len(cuda)} CUDA location(s), {exp.cuda_regions} CUDA region(s){extra}",
+                      Evidence(describe(exp), exp.path))
+    asked = exp.cuda_setting
+    if asked is not None:
+        value, cfg, line = asked
+        where = Evidence(f"SCOREP_CUDA_ENABLE={value}", cfg, line or None, "scorep.cfg")
+    elif job_setting is not None and cuda_requested(job_setting[0]):
+        value, where = job_setting[0], job_setting[1]
+    else:
+        return None
+    ev = [where, Evidence(describe(exp), exp.path, label="measured")]
+    others = [g.name for g in exp.gpu_locations]
+    if others:
+        ev.append(Evidence(f"GPU locations are not CUDA: {', '.join(others[:4])}", exp.path))
+    paradigms = sorted({p for s in exp.readable for p in s.paradigms})
+    ev.append(Evidence(", ".join(paradigms) or "none", exp.path, label="region paradigms"))
+    score = score_line(exp)
+    if score is not None:
+        ev.append(score)
+    return fail(f"{name}: SCOREP_CUDA_ENABLE={value} but no CUDA locations or CUDA regions were "
+                "recorded: the CUDA adapter was never loaded (no --cuda?)",
+                ev, "scorep-add-cuda", entities={"folder": exp.path})
+
+
+@check("ART003", ARTIFACTS, "Every rank left a complete measurement", needs=["experiments"],
+       remedies=["destroy-process-group"])
+def ranks_complete(facts: Facts) -> Outcome | list[Outcome]:
+    """What it does:
+    Counts the per-rank experiment folders (`scorep_rank_N`) that hold a readable trace
+    or profile against the ranks the job runs (WORLD_SIZE, the task count or
+    `--nproc_per_node` in the job script; else gaps in the rank numbering). Flags
+    leftover `scorep-measurement-tmp` / `scorep-failed-*` folders, folders with only
+    `scorep.cfg`, empty folders, and truncated or corrupt archives.
+
+    Why is this bad?
+    A rank that aborts at exit (the NCCL watchdog racing Score-P's teardown:
+    `dummyHasPrimaryContext`, `ncclCommWatchdog`) dies before Score-P flushes: its
+    folder keeps only `MANIFEST.md` and `scorep.cfg`, or stays `scorep-measurement-tmp`.
+    An analysis of the remaining ranks silently misses them.
+
+    Example:
+    8 ranks, 2 `scorep_rank_N` folders with traces, 6 with only `scorep.cfg`.
+
+    Remedy:
+    Call `torch.distributed.destroy_process_group()` at the end of training so NCCL is
+    torn down before the interpreter and Score-P shut down.
+
+    Fix safety:
+    Unsafe: it edits the training script (shown as a diff first).
+    """
+    exps: Experiments = facts["experiments"]
+    if not exps.folders:
+        return _none_found(exps)
+    outcomes: list[Outcome] = []
+    for exp in exps.leftovers:
+        outcomes.append(fail(f"{exp.dir.name} left behind: a process died before Score-P finished "
+                             "its measurement", [Evidence(", ".join(exp.dir.files) or "empty", exp.path)],
+                             "destroy-process-group", entities={"folder": exp.path}))
+    outcomes.extend(_missing_ranks(exps, expected_ranks(_job(facts))))
+    for exp in exps.folders:
+        if exp.problems and exp.dir.kind not in ("tmp", "failed", "rank"):
+            outcomes.append(fail(f"{exp.dir.name}: {exp.problems[0]}",
+                                 [Evidence(p, exp.path) for p in exp.problems],
+                                 "destroy-process-group", entities={"folder": exp.path}))
+    if outcomes:
+        return outcomes
+    ranks = exps.rank_folders
+    if ranks:
+        return passed(f"all {len(ranks)} rank folder(s) hold a readable trace or profile")
+    return passed(f"{len(exps.folders)} experiment folder(s), each with a readable trace or profile")
+
+
+def _missing_ranks(exps: Experiments, expected: tuple[int, Evidence] | None) -> list[Outcome]:
+    ranks = {e.dir.rank: e for e in exps.rank_folders if e.dir.rank is not None}
+    if not ranks:
+        return _uncovered(exps, expected)
+    if expected is not None:
+        n, source = expected
+    else:
+        n, source = max(ranks) + 1, Evidence(f"rank folders numbered up to {max(ranks)}", exps.root)
+    outcomes: list[Outcome] = []
+    complete = [r for r in range(n) if r in ranks and ranks[r].readable and not ranks[r].problems]
+    missing = [r for r in range(n) if r not in ranks]
+    broken = [r for r, e in ranks.items() if e.problems]
+    if missing or broken:
+        ev = [source] + [Evidence(f"scorep_rank_{r}: not found", exps.root) for r in missing[:8]]
+        ev += [Evidence(f"{ranks[r].dir.name}: {ranks[r].problems[0]}", ranks[r].path) for r in broken[:8]]
+        lost = sorted(missing + broken)
+        outcomes.append(fail(
+            f"{len(complete)} of {n} ranks left a complete measurement; missing or incomplete: "
+            f"{', '.join(f'rank {r}' for r in lost[:10])}", ev, "destroy-process-group",
+            entities={"ranks": lost}))
+    extra = sorted(r for r in ranks if r >= n)
+    if extra:
+        outcomes.append(warn(f"rank folders beyond the job's {n} ranks: "
+                             f"{', '.join(f'scorep_rank_{r}' for r in extra[:8])} (left from another run?)",
+                             [source], "destroy-process-group"))
+    return outcomes
+
+
+def _uncovered(exps: Experiments, expected: tuple[int, Evidence] | None) -> list[Outcome]:
+    """Without rank folders: do the measurements hold as many processes as the job has ranks?"""
+    if expected is None or any(e.launcher_only for e in exps.folders):
+        return []  # a launcher-only trace is ART001's finding
+    n, source = expected
+    measured = [e for e in exps.folders if e.readable and e.dir.kind not in ("tmp", "failed")]
+    covered = sum(e.processes for e in measured)
+    if not measured or covered >= n:
+        return []
+    ev = [source] + [Evidence(describe(e), e.path) for e in measured[:8]]
+    return [fail(f"the measurements hold {covered} process(es) for the job's {n} ranks",
+                 ev, "destroy-process-group")]
+
+
+@check("ART004", ARTIFACTS, "No known failure signatures in the job's logs", needs=["logscan"],
+       remedies=sorted({r for _, rems in SIGNATURE_CHECKS.values() for r in rems}))
+def log_signatures(facts: Facts) -> Outcome | list[Outcome]:
+    """What it does:
+    Scans the job's logs (`*.log`, `slurm-*.out`, `*.out`, `*.err`; `--log` to choose)
+    for the messages of the field guide's failures: dropped CUPTI records (with the
+    dropped count, the current and the proposed SCOREP_CUDA_BUFFER), Score-P's memory
+    clamp, `Unknown option: '--'`, `dummyHasPrimaryContext` / `ncclCommWatchdog`, the
+    FP16 ValueError, CUDA error 802, experiment folder collisions, `tpd == 0` and the
+    `load_best_model_at_end` ValueError.
+
+    Why is this bad?
+    Each one names a failure whose cause lives elsewhere (a too small buffer, a
+    missing warm-up, the process-group teardown); the message is the proof.
+
+    Example:
+    `[CUPTI Activity] Dropped 85222 records. Current buffer size: 1048576 bytes` ...
+    `Proposed minimum SCOREP_CUDA_BUFFER=8889000`.
+
+    Remedy:
+    The matching check's remedy: SCP004 (SCOREP_CUDA_BUFFER above the proposal),
+    SCP003, SCP005, SCP006, SCR002, GPU003, TRN001, TRN002.
+
+    Fix safety:
+    As the matching remedy.
+    """
+    scan: LogScan = facts["logscan"]
+    files = getattr(scan, "files", None)
+    errors = getattr(scan, "errors", [])
+    if not scan:
+        if files == [] and not errors:
+            return skip("no log files found in the job folder (pass --log FILE)")
+        ev = [Evidence(e) for e in errors[:5]]
+        if files and len(errors) >= len(files):
+            return unknown("no log file could be read", ev)
+        n = len(files) if files is not None else "the"
+        return passed(f"no known failure signatures in {n} log file(s)", ev)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for match in scan:
+        groups.setdefault(match["signature"], []).append(match)
+    return [signature_outcome(name, matches) for name, matches in groups.items()]

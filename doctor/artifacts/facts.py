@@ -1,0 +1,47 @@
+"""Facts of the artifacts area: `experiments` and `logscan`.
+
+`experiments` (an `Experiments`): every Score-P experiment folder under the job
+folder with its scorep.cfg and trace/profile definition summaries.
+`logscan` (a `LogScan`, a list): `{"signature", "file", "line", "text", "values"}`
+per match of a known failure message in the job's logs (`--log` overrides discovery).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from doctor.artifacts.discover import discover
+from doctor.artifacts.experiments import Experiments, summarize
+from doctor.artifacts.logscan import LogScan, discover_logs, scan_logs
+from doctor.facts import ProbeContext, ProbeTimeout
+from doctor.registry import provider
+
+
+def _root_only(ctx: ProbeContext) -> bool:
+    """As root in gate mode: follow no symlinks, import nothing user-writable."""
+    return ctx.case.gate and ctx.case.as_root
+
+
+@provider("experiments", timeout=90.0, reads_user_files=True)
+def experiments(ctx: ProbeContext) -> Experiments:
+    root = ctx.case.root
+    if root is None:
+        return Experiments(None, ())
+    dirs = discover(Path(root), follow_symlinks=not _root_only(ctx))
+    return summarize(str(root), dirs, ctx.limit(), isolated=_root_only(ctx))
+
+
+@provider("logscan", timeout=120.0, reads_user_files=True)
+def logscan(ctx: ProbeContext) -> LogScan:
+    case = ctx.case
+    if case.logs:
+        paths = [Path(p) for p in case.logs]
+    elif case.root is not None and Path(case.root).is_dir():
+        paths = discover_logs(Path(case.root), follow_symlinks=not _root_only(ctx))
+    else:
+        paths = []
+    try:
+        return scan_logs(paths, deadline=time.monotonic() + ctx.limit())
+    except TimeoutError as exc:
+        raise ProbeTimeout(str(exc)) from None

@@ -1,0 +1,80 @@
+"""What the ART checks take from the `job` fact (the parsed job folder), read defensively.
+
+The job fact is optional here: without it the checks fall back to what the
+experiment folders themselves say (rank folder numbering, scorep.cfg).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.model import Evidence
+
+
+def _commands(job: Any) -> list[Any]:
+    """The instrumented commands first, then the others."""
+    commands = list(getattr(job, "commands", ()) or ())
+    return ([c for c in commands if getattr(c, "instrumented", None) is not None]
+            + [c for c in commands if getattr(c, "instrumented", None) is None])
+
+
+def _site_evidence(var: Any, text: str) -> Evidence:
+    site = getattr(var, "site", None)
+    if site is None:
+        return Evidence(text, label="job environment")
+    return Evidence(text, getattr(site, "file", None), getattr(site, "line", None), "job script")
+
+
+def _var(cmd: Any, name: str) -> Any:
+    try:
+        return cmd.var(name)
+    except (AttributeError, TypeError):
+        return None
+
+
+def expected_ranks(job: Any) -> tuple[int, Evidence] | None:
+    """How many ranks the job runs, and where that was read: WORLD_SIZE on the
+    instrumented command, else its task count (srun -n, a backgrounded loop), else
+    the spawner's --nproc_per_node, else WORLD_SIZE in the job's environment."""
+    if job is None:
+        return None
+    try:
+        for cmd in _commands(job):
+            ws = _var(cmd, "WORLD_SIZE")
+            value = getattr(ws, "value", None)
+            if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
+                return int(value), _site_evidence(ws, f"WORLD_SIZE={value}")
+            tasks = getattr(cmd, "tasks", None)
+            if isinstance(tasks, int) and tasks > 1 and getattr(cmd, "launch", None) is not None:
+                text = f"{tasks} copies run at once: {getattr(cmd, 'text', '')}"
+                return tasks, _site_evidence(cmd, text[:200])
+            spawner = getattr(getattr(cmd, "launch", None), "spawner", None)
+            nproc = getattr(spawner, "nproc", None)
+            if isinstance(nproc, int) and nproc > 0:
+                return nproc, _site_evidence(cmd, f"--nproc_per_node {nproc}")
+        env = getattr(job, "env", None) or {}
+        ws = env.get("WORLD_SIZE") if hasattr(env, "get") else None
+        value = getattr(ws, "value", None)
+        if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
+            return int(value), _site_evidence(ws, f"WORLD_SIZE={value}")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return None
+
+
+def job_cuda_enable(job: Any) -> tuple[str, Evidence] | None:
+    """SCOREP_CUDA_ENABLE as the job sets it for its instrumented run, if it does."""
+    if job is None:
+        return None
+    try:
+        for cmd in _commands(job):
+            var = _var(cmd, "SCOREP_CUDA_ENABLE")
+            if var is not None and getattr(var, "value", None) is not None:
+                return var.value, _site_evidence(var, f"SCOREP_CUDA_ENABLE={var.value}")
+        env = getattr(job, "env", None) or {}
+        var = env.get("SCOREP_CUDA_ENABLE") if hasattr(env, "get") else None
+        if var is not None and getattr(var, "value", None) is not None:
+            return var.value, _site_evidence(var, f"SCOREP_CUDA_ENABLE={var.value}")
+    except (AttributeError, TypeError):
+        return None
+    return None

@@ -1,0 +1,327 @@
+"""Find the field guide's failure signatures in job logs, fast and in constant memory.
+
+Logs are read in large binary blocks. One combined pattern finds candidate
+lines (RE2 when the `google-re2` package is there, else a literal pre-filter
+with `bytes.find`); only those lines are decoded and parsed for values. Binary
+junk, CRLF, carriage-return progress bars and lines of any length are fine;
+memory stays below about three blocks. Command line equivalent:
+`grep -n -E -e PATTERN... FILE` (see `grep_patterns()`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BLOCK = 8 << 20
+MAX_CARRY = 4 << 20  # a line longer than this is cut (a match across the cut is lost)
+MAX_PER_FILE = 50  # matches kept per (file, signature)
+FOLLOW_LINES = 4  # how far below its first line a multi-line message may continue
+TEXT_CHARS = 400
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A known failure message. `pattern` is POSIX ERE (also valid for Python re and RE2),
+    `anchors` are literals one of which every match contains (the stdlib pre-filter),
+    `values` extracts the evidence values from the matched text.
+    `follows` names the signature whose message this line continues (it is not one itself)."""
+
+    name: str
+    pattern: str
+    anchors: tuple[bytes, ...]
+    values: Callable[[str], dict[str, Any]] = field(default=lambda text: {})
+    follows: str | None = None
+
+
+def _ints(rx: str) -> Callable[[str], dict[str, Any]]:
+    compiled = re.compile(rx)
+
+    def values(text: str) -> dict[str, Any]:
+        m = compiled.search(text)
+        if not m:
+            return {}
+        return {k: int(v) if v and v.isdigit() else v for k, v in m.groupdict().items() if v}
+    return values
+
+
+def _clamp(text: str) -> dict[str, Any]:
+    many = "many memory" in text
+    return {"wording": "many" if many else "much", "scorep_versions": "7.0-8.1" if many else "8.2+"}
+
+
+def _watchdog(text: str) -> dict[str, Any]:
+    return {"marker": "dummyHasPrimaryContext" if "dummyHasPrimaryContext" in text else "ncclCommWatchdog"}
+
+
+def _strategies(text: str) -> dict[str, Any]:
+    found = {}
+    for key, rx in (("eval_strategy", r"Evaluation strategy: ([\w.]+)"), ("save_strategy", r"Save strategy: ([\w.]+)")):
+        m = re.search(rx, text)
+        if m:
+            found[key] = m.group(1)
+    return found
+
+
+def _tpd(text: str) -> dict[str, Any]:
+    m = re.search(r"Invalid (\w+) thread", text)
+    return {"thread_model": m.group(1)} if m else {}
+
+
+SIGNATURES: tuple[Signature, ...] = (
+    Signature("cupti_dropped", r"\[CUPTI[0-9]* Activity\] Dropped [0-9]+ records",
+              (b"Activity] Dropped",),
+              _ints(r"Dropped (?P<dropped>\d+) records\.?(?: Current buffer size: (?P<current_buffer>\d+))?")),
+    Signature("cupti_proposed", r"Proposed minimum SCOREP_CUDA_BUFFER=[0-9]+", (b"SCOREP_CUDA_BUFFER=",),
+              _ints(r"SCOREP_CUDA_BUFFER=(?P<proposed_buffer>\d+)"), follows="cupti_dropped"),
+    Signature("memory_clamp", r"Too (much|many) memory requested", (b"memory requested",), _clamp),
+    Signature("unknown_option_dashdash", r"Unknown option:? *['\"]--['\"]", (b"Unknown option",)),
+    Signature("nccl_watchdog_teardown", r"dummyHasPrimaryContext|ncclCommWatchdog",
+              (b"dummyHasPrimaryContext", b"ncclCommWatchdog"), _watchdog),
+    Signature("fp16_valueerror", r"FP16 Mixed precision training with AMP or APEX", (b"FP16 Mixed",)),
+    Signature("cuda_802", r"cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"
+              r"|system not yet initiali[sz]ed|[Ee]rror:? ?802\b",
+              (b"SystemNotReady", b"SYSTEM_NOT_READY", b"not yet initiali", b"rror 802", b"rror: 802",
+               b"rror802", b"rror:802"), lambda text: {"code": 802}),
+    Signature("experiment_collision", r"File does already exist", (b"does already exist",),
+              _ints(r"does already exist:?\s*(?P<path>[^\s'\"]+)?")),
+    Signature("tpd_zero", r"[Tt][Pp][Dd] == 0'", (b"pd == 0'", b"PD == 0'"), _tpd),
+    Signature("lbm_conflict", r"load_best_model_at_end requires the save and eval strategy",
+              (b"load_best_model_at_end requires",), _strategies),
+    Signature("lbm_strategies", r"(Evaluation|Save) strategy: [A-Za-z]", (b" strategy: ",), _strategies,
+              follows="lbm_conflict"),
+)
+BY_NAME = {s.name: s for s in SIGNATURES}
+NAMES = tuple(s.name for s in SIGNATURES if s.follows is None)
+
+
+def grep_patterns() -> list[str]:
+    """The patterns as `grep -E -e P ...` takes them (the benchmark's baseline)."""
+    return [s.pattern for s in SIGNATURES]
+
+
+class LogScan(list):  # type: ignore[type-arg]
+    """The `logscan` fact: a list of match dicts, plus the files that were scanned."""
+
+    def __init__(self, matches: list[dict[str, Any]], files: list[str], errors: list[str]):
+        super().__init__(matches)
+        self.files = files
+        self.errors = errors
+
+
+class _Finder:
+    """Yields the start offsets of candidate matches in buf[start:end]."""
+
+    def __init__(self) -> None:
+        combined = "|".join(f"(?:{s.pattern})" for s in SIGNATURES).encode()
+        self.python = re.compile(combined)
+        try:
+            import re2  # google-re2: a DFA, ~10x faster than `re` on alternations
+
+            self.re2: Any = re2.compile(combined)
+        except Exception:
+            self.re2 = None
+        self.anchors = sorted({a for s in SIGNATURES for a in s.anchors})
+
+    @property
+    def engine(self) -> str:
+        return "re2" if self.re2 is not None else "bytes.find"
+
+    def candidates(self, buf: bytes, start: int, end: int) -> Iterator[int]:
+        if self.re2 is not None:
+            pos = start
+            while pos < end:
+                m = self.re2.search(buf, pos, end)
+                if m is None:
+                    return
+                yield m.start()
+                pos = _line_end(buf, m.start(), end) + 1
+            return
+        hits = sorted({p for a in self.anchors for p in _find_all(buf, a, start, end)})
+        last_end = -1
+        for p in hits:
+            if p <= last_end:
+                continue
+            line_end = _line_end(buf, p, end)
+            m = self.python.search(buf, buf.rfind(b"\n", start, p) + 1, line_end)
+            last_end = line_end
+            if m is not None:
+                yield m.start()
+
+
+def _find_all(buf: bytes, needle: bytes, start: int, end: int) -> Iterator[int]:
+    pos = buf.find(needle, start, end)
+    while pos >= 0:
+        yield pos
+        pos = buf.find(needle, pos + 1, end)
+
+
+def _line_end(buf: bytes, pos: int, end: int) -> int:
+    nl = buf.find(b"\n", pos, end)
+    return end if nl < 0 else nl
+
+
+_FINDER: _Finder | None = None
+
+
+def finder() -> _Finder:
+    global _FINDER
+    if _FINDER is None:
+        _FINDER = _Finder()
+    return _FINDER
+
+
+RANK_IN_LINE = re.compile(r"\[[Rr]ank ?(\d+)\]|\b[Rr]ank[ =:]+(\d+)\b")
+RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+class _FileScan:
+    """The matches of one file, with multi-line messages joined to their first line."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.matches: list[dict[str, Any]] = []
+        self.kept: dict[str, int] = {}
+        self.open: dict[str, tuple[int, dict[str, Any]]] = {}  # parent name -> (line, match)
+        m = RANK_IN_NAME.search(Path(path).name)
+        self.file_rank = int(m.group(1)) if m else None
+
+    def line(self, raw: bytes, lineno: int) -> None:
+        text = raw.decode("utf-8", errors="replace")
+        for sig in SIGNATURES:
+            found = _segment(text, sig)
+            if found is None:
+                continue
+            segment, at = found
+            values = sig.values(segment)
+            if sig.follows is not None:
+                self._follow(sig, values, segment, lineno, at)
+                continue
+            self._add(sig.name, segment, lineno, values, at)
+
+    def _add(self, name: str, segment: str, lineno: int, values: dict[str, Any], at: int) -> None:
+        rank = RANK_IN_LINE.search(segment)
+        if rank:
+            values.setdefault("rank", int(rank.group(1) or rank.group(2)))
+        elif self.file_rank is not None:
+            values.setdefault("rank", self.file_rank)
+        match = {"signature": name, "file": self.path, "line": lineno,
+                 "text": _printable(segment, at), "values": values}
+        self.open[name] = (lineno, match)
+        count = self.kept.get(name, 0)
+        self.kept[name] = count + 1
+        if count < MAX_PER_FILE:
+            self.matches.append(match)
+
+    def _follow(self, sig: Signature, values: dict[str, Any], segment: str, lineno: int, at: int) -> None:
+        assert sig.follows is not None
+        parent = self.open.get(sig.follows)
+        if parent is not None and 0 < lineno - parent[0] <= FOLLOW_LINES:
+            for k, v in values.items():
+                parent[1]["values"].setdefault(k, v)
+        elif sig.follows == "cupti_dropped":  # the proposal alone still names the size to set
+            self._add("cupti_dropped", segment, lineno, values, at)
+
+
+def _segment(text: str, sig: Signature) -> tuple[str, int] | None:
+    """The part of the line (between carriage returns) that matches, and where the match is."""
+    m = re.search(sig.pattern, text)
+    if m is None:
+        return None
+    start = text.rfind("\r", 0, m.start()) + 1
+    end = text.find("\r", m.end())
+    return (text[start:] if end < 0 else text[start:end]), m.start() - start
+
+
+def _printable(segment: str, at: int) -> str:
+    """The segment without control characters, cut to TEXT_CHARS around the match."""
+    if len(segment) > TEXT_CHARS:
+        start = max(0, min(at - TEXT_CHARS // 4, len(segment) - TEXT_CHARS + 6))
+        stop = start + TEXT_CHARS - 6
+        segment = ("..." if start else "") + segment[start:stop] + ("..." if stop < len(segment) else "")
+    return "".join(c if c.isprintable() or c == "\t" else "?" for c in segment.strip())
+
+
+def scan_file(path: str | Path, deadline: float | None = None) -> list[dict[str, Any]]:
+    """All signature matches in one file, in line order. Raises OSError if unreadable,
+    TimeoutError (naming how far it got) when the deadline passes."""
+    find = finder()
+    scan = _FileScan(str(path))
+    with open(path, "rb") as fh:
+        carry = b""
+        line_base = 1
+        done = 0
+        while True:
+            block = fh.read(BLOCK)
+            buf = carry + block if carry else block
+            if block:
+                end = buf.rfind(b"\n") + 1
+                if end == 0:
+                    if len(buf) <= MAX_CARRY:
+                        carry = buf
+                        continue
+                    end = len(buf)
+            else:
+                end = len(buf)
+            counted, counted_lines = 0, line_base
+            for pos in find.candidates(buf, 0, end):
+                start = buf.rfind(b"\n", 0, pos) + 1
+                counted_lines += buf.count(b"\n", counted, start)
+                counted = start
+                scan.line(buf[start:_line_end(buf, pos, end)].rstrip(b"\r"), counted_lines)
+            line_base += buf.count(b"\n", 0, end)
+            carry = buf[end:]
+            done += len(block)
+            if not block:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{path}: stopped after {done >> 20} MiB (time budget)")
+    return scan.matches
+
+
+LOG_GLOBS = ("*.log", "*.err", "*.out", "slurm-*.out")
+LOG_DEPTH = 2
+MAX_LOGS = 200
+
+
+def discover_logs(root: Path, follow_symlinks: bool = True) -> list[Path]:
+    """Log files in the job folder and its subfolders (two levels): *.log, *.err, *.out."""
+    from doctor.artifacts.discover import SKIP_DIRS
+
+    found: list[Path] = []
+    stack = [(root, 0)]
+    while stack and len(found) < MAX_LOGS:
+        folder, depth = stack.pop()
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink() and not follow_symlinks:
+                continue
+            try:
+                if entry.is_file() and any(entry.match(g) for g in LOG_GLOBS):
+                    found.append(entry)
+                elif entry.is_dir() and depth < LOG_DEPTH and entry.name not in SKIP_DIRS \
+                        and (not entry.name.startswith(".") or entry.name == ".gpu-doctor") \
+                        and not (entry / "pyvenv.cfg").exists():
+                    stack.append((entry, depth + 1))
+            except OSError:
+                continue
+    return sorted(found)[:MAX_LOGS]
+
+
+def scan_logs(paths: list[Path], deadline: float | None = None) -> LogScan:
+    """Scan every file; an unreadable one is named in `errors`, never raised."""
+    matches: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for path in paths:
+        try:
+            matches.extend(scan_file(path, deadline))
+        except OSError as exc:
+            errors.append(f"{path}: cannot read: {exc.strerror or exc}")
+    return LogScan(matches, [str(p) for p in paths], errors)

@@ -1,0 +1,286 @@
+"""Build the `Job` from a case: find the scripts, walk them, analyse what they run.
+
+Discovery (overridden by `--launch` / `--script`): job and launch scripts
+in the folder (`*.sh`, `*.sbatch`, `*.slurm`, ... or a shell shebang, two
+levels deep, no hidden or environment folders); the Python scripts their
+commands run; the local modules those import; the trainer config files they
+pass. Only files inside the job folder are read; as root in the gate no
+symlink is followed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from doctor.case import Case
+from doctor.jobfolder import argv as argvmod
+from doctor.jobfolder import pyscan, trainer
+from doctor.jobfolder.model import Command, EnvVar, ImportSite, Job, Launch, Note, PyScript, Site, TrainerArgs
+from doctor.jobfolder.reading import Source, inside, peek, read_source
+from doctor.jobfolder.shell import ShellState, ShellWalker
+
+SHELL_SUFFIXES = (".sh", ".bash", ".sbatch", ".slurm", ".job", ".pbs", ".batch", ".lsf")
+SKIP_DIRS = {"__pycache__", "venv", "env", "node_modules", "site-packages", "wandb", "mlruns", "build", "dist"}
+MAX_WALK = 5000
+MAX_SHELL_FILES = 100
+MAX_PY_FILES = 300
+
+
+def _skip_dir(name: str) -> bool:
+    return name.startswith(".") or name in SKIP_DIRS or name.startswith(("scorep-", "scorep_"))
+
+
+def discover_files(root: str, depth: int = 2) -> tuple[list[str], list[str]]:
+    """(shell scripts, top-level Python files) in `root`; symlinked folders are not entered."""
+    shells: list[str] = []
+    pys: list[str] = []
+    seen = 0
+    todo = [(root, 0)]
+    while todo:
+        folder, level = todo.pop(0)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            seen += 1
+            if seen > MAX_WALK:
+                return shells, pys
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if level + 1 < depth and not _skip_dir(e.name):
+                        todo.append((e.path, level + 1))
+                    continue
+            except OSError:
+                continue
+            if e.name.endswith(SHELL_SUFFIXES):
+                shells.append(e.path)
+            elif e.name.endswith(".py") and level == 0:
+                pys.append(e.path)
+            elif "." not in e.name and level == 0:
+                head = peek(e.path, 64)
+                if head.startswith(b"#!") and any(s in head.split(b"\n")[0] for s in (b"sh", b"bash")):
+                    shells.append(e.path)
+    return shells[:MAX_SHELL_FILES], pys
+
+
+class JobBuilder:
+    def __init__(self, case: Case):
+        self.case = case
+        root = Path(case.root) if case.root is not None else None
+        launch = [str(Path(p).resolve()) for p in case.launch]
+        scripts = [str(Path(p).resolve()) for p in case.scripts]
+        if root is not None and root.is_file():
+            (scripts if root.suffix == ".py" else launch).append(str(root))
+            root = root.parent
+        self.root = str(root) if root is not None else None
+        self.launch_override = launch
+        self.script_override = scripts
+        self.explicit = set(launch) | set(scripts)
+        self.no_symlinks = case.gate and case.as_root
+        self.notes: list[Note] = []
+        self.scripts: dict[str, PyScript] = {}
+
+    # -- reading ----------------------------------------------------------
+    def read(self, path: str, python: bool = False) -> Source:
+        path = os.path.abspath(path)
+        if self.root is not None and not inside(path, self.root) and path not in self.explicit:
+            return Source(path, None, "outside the job folder; not read", "outside")
+        root = self.root if (self.root is not None and inside(path, self.root)) else None
+        return read_source(path, root, self.no_symlinks and root is not None, python)
+
+    def read_text(self, path: str) -> str | None:
+        src = self.read(path)
+        if src.text is None:
+            self.notes.append(Note(path, src.problem or "unreadable", None, src.kind or "unreadable"))
+        return src.text
+
+    # -- python -----------------------------------------------------------
+    def analyse(self, path: str, role: str, origin: Site | None, store: bool = True) -> PyScript:
+        old = self.scripts.get(path)
+        if old is not None:
+            if role == "entry" and old.role == "module":
+                old = replace(old, role="entry")
+                self.scripts[path] = old
+            return old
+        if len(self.scripts) >= MAX_PY_FILES:
+            return PyScript(path, role, origin, "not analysed: too many Python files in the job folder")
+        src = self.read(path, python=True)
+        if src.text is None:
+            script = PyScript(path, role, origin, src.problem)
+        else:
+            script = pyscan.analyse(path, src.text, role, origin=origin, notes=src.notes)
+        if store:
+            self.scripts[path] = script
+        return script
+
+    def resolve_imports(self, script: PyScript) -> None:
+        """Analyse the local modules `script` imports (transitively) and link them."""
+        todo = [script.path]
+        done: set[str] = set()
+        while todo:
+            path = todo.pop()
+            if path in done:
+                continue
+            done.add(path)
+            cur = self.scripts[path]
+            links: list[tuple[str, bool, Site]] = []
+            for imp in cur.imports:
+                for target in self._import_files(path, imp):
+                    mod = self.analyse(target, "module", imp.site)
+                    links.append((mod.path, imp.import_time, imp.site))
+                    todo.append(mod.path)
+            unique = tuple(dict.fromkeys(links))
+            self.scripts[path] = replace(self.scripts[path], local_imports=unique)
+
+    def _import_files(self, path: str, imp: ImportSite) -> list[str]:
+        if self.root is None:
+            return []
+        here = os.path.dirname(path)
+        if imp.level:
+            base = here
+            for _ in range(imp.level - 1):
+                base = os.path.dirname(base)
+            dirs = [base]
+        else:
+            dirs = list(dict.fromkeys([here, self.root]))
+        parts = [p for p in imp.module.split(".") if p]
+        out: list[str] = []
+        for d in dirs:
+            for k in range(1, len(parts) + 1):
+                stem = os.path.join(d, *parts[:k])
+                for cand in (stem + ".py", os.path.join(stem, "__init__.py")):
+                    if cand != path and inside(cand, self.root) and os.path.isfile(cand):
+                        out.append(os.path.normpath(cand))
+            if out:
+                break
+        return out
+
+    # -- build ------------------------------------------------------------
+    def build(self) -> Job:
+        base_env = {k: EnvVar(k, v, v) for k, v in self.case.env.items()}
+        root = self.root
+        home = self.case.env.get("HOME")
+        walker = ShellWalker(root, self.read, self.notes, home)
+        if self.launch_override:
+            shells, pys = list(self.launch_override), []
+            if root is not None and not self.script_override:
+                pys = discover_files(root)[1]
+        elif root is not None:
+            shells, pys = discover_files(root)
+        else:
+            shells, pys = [], []
+        cwd = root or os.getcwd()
+        # Pass 1 finds what is sourced or run by another script; those are not jobs of their own.
+        probe = ShellWalker(root, self.read, [], home)
+        for path in shells:
+            probe.run_file(path, ShellState(dict(base_env), cwd), 0, "job")
+        tops = [p for p in shells if p not in probe.referenced or p in self.launch_override]
+        tops.sort(key=lambda p: (not any(o.name for o in (probe.files.get(p).sbatch if probe.files.get(p) else ())),
+                                 p))
+        for flow, path in enumerate(tops):
+            walker.run_file(path, ShellState(dict(base_env), cwd), flow, "job")
+        commands = [self._link(c) for c in walker.commands]
+        self._entries(commands, pys)
+        trainer_args = self._trainer_args(commands, cwd)
+        env, python = self._job_env(commands, base_env)
+        ordered = sorted(self.scripts.values(), key=lambda s: ({"entry": 0, "launcher": 1, "module": 2,
+                                                                "snippet": 3}.get(s.role, 4), s.path))
+        return Job(root, tuple(walker.files.values()), tuple(commands), tuple(ordered), tuple(trainer_args),
+                   tuple(self.notes), env, python)
+
+    def _link(self, cmd: Command) -> Command:
+        """Analyse what a command runs; turn `python wrapper.py` into a spawner when it calls run.main()."""
+        if cmd.launch is None:
+            return cmd
+        launch = self._link_launch(cmd, cmd.launch)
+        return replace(cmd, launch=launch)
+
+    def _link_launch(self, cmd: Command, launch: Launch) -> Launch:
+        if launch.inner is not None:
+            inner = self._link_launch(cmd, launch.inner)
+            launch = replace(launch, inner=inner, training_script=inner.training_script,
+                             training_target=inner.training_target, training_args=inner.training_args)
+        if launch.code is not None and launch.kind in ("code", "stdin"):
+            line = launch.code_line or cmd.site.line
+            key = f"{cmd.site.file}:{line}"
+            if key not in self.scripts:
+                self.scripts[key] = replace(pyscan.analyse(cmd.site.file, launch.code, "snippet",
+                                                           line_offset=line - 1, snippet_of=cmd.site),
+                                            path=cmd.site.file)
+            return launch
+        if launch.script and launch.spawner is None:
+            overridden = bool(self.script_override) and launch.script not in self.script_override
+            first = self.analyse(launch.script, "entry", cmd.site, store=not overridden)
+            if first.torchrun_main is not None:
+                self.scripts[launch.script] = replace(first, role="launcher")
+                target = os.path.normpath(launch.target)
+                cwd = launch.script[:-len(target)] if launch.script.endswith(target) else (self.root or "")
+                launch = argvmod.as_wrapper_spawner(
+                    launch, launch.script, lambda p: os.path.normpath(os.path.join(cwd, p)))
+        if launch.training_script and not self.script_override:
+            self.analyse(launch.training_script, "entry", cmd.site)
+        return launch
+
+    def _entries(self, commands: list[Command], pys: list[str]) -> None:
+        for path in self.script_override:
+            self.analyse(path, "entry", None)
+        has_entry = any(s.role == "entry" for s in self.scripts.values())
+        if not has_entry and not self.script_override:
+            for path in pys:
+                if os.path.basename(path) not in ("setup.py", "conftest.py"):
+                    self.analyse(path, "entry", None)
+        for path in [p for p, s in self.scripts.items() if s.role in ("entry", "launcher")]:
+            self.resolve_imports(self.scripts[path])
+        imported = {t for s in self.scripts.values() for t, _, _ in s.local_imports}
+        for path in list(self.scripts):
+            s = self.scripts[path]
+            if s.role == "entry" and s.origin is None and path in imported and path not in self.script_override:
+                self.scripts[path] = replace(s, role="module")
+
+    def _trainer_args(self, commands: list[Command], cwd: str) -> list[TrainerArgs]:
+        out: list[TrainerArgs] = []
+        seen: set[tuple[str, int]] = set()
+
+        def note(path: str, text: str) -> None:
+            self.notes.append(Note(path, text, None, "config"))
+
+        for cmd in commands:
+            launch = cmd.launch
+            while launch is not None and launch.inner is not None:
+                launch = launch.inner
+            if launch is None or not launch.training_target or launch.kind in ("code", "stdin"):
+                continue
+            ta = trainer.from_command(cmd, launch.training_script, launch.training_args, cwd,
+                                      self.read_text, note)
+            if ta is not None:
+                out.append(ta)
+        for script in list(self.scripts.values()):
+            if script.role == "snippet":
+                continue
+            for call in script.training_args:
+                key = (call.site.file, call.site.line)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(trainer.from_code(call, script.path))
+        return out
+
+    @staticmethod
+    def _job_env(commands: list[Command], base_env: dict[str, EnvVar]) -> tuple[dict[str, EnvVar], str | None]:
+        chosen = next((c for c in commands if c.instrumented is not None), None) or next(
+            (c for c in commands if c.launch is not None and c.launch.kind not in ("code", "stdin")), None)
+        if chosen is None:
+            return base_env, None
+        launch = chosen.instrumented or chosen.launch
+        interp = launch.interpreter if launch is not None else None
+        python = interp if interp and argvmod.is_python(interp) else None
+        return dict(chosen.env), python
+
+
+def load_job(case: Case) -> Job:
+    """The parsed job folder of `case` (an empty Job when the case has no folder)."""
+    if case.root is None and not case.launch and not case.scripts:
+        return Job(None)
+    return JobBuilder(case).build()

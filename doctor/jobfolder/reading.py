@@ -1,0 +1,161 @@
+"""Read a user's file safely: bounded size, no FIFOs, no symlink escapes, any bytes.
+
+A file that cannot be analysed is never an exception: `read_source` says
+why in one line (`problem`), and what was odd but readable in `notes`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass
+
+MAX_BYTES = 4 * 1024 * 1024  # bigger files are not analysed (say so)
+BINARY_PROBE = 8192
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str
+    text: str | None
+    problem: str | None = None
+    kind: str | None = None  # unreadable, binary, empty, too-large, outside, missing, not-a-file
+    notes: tuple[str, ...] = ()
+    size: int = 0
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether `path` (already absolute) lies in `root`."""
+    root = os.path.normpath(root)
+    path = os.path.normpath(path)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def resolve(path: str, root: str | None, no_symlinks: bool) -> tuple[str | None, str | None]:
+    """The real path to read, or (None, why not).
+
+    With `no_symlinks` (the gate as root) no component below the root may be a
+    symlink; otherwise symlinks are followed, loops are reported.
+    """
+    path = os.path.abspath(path)
+    if no_symlinks:
+        if root is None or not inside(path, root):
+            return None, "outside the job folder; not read"
+        cur = os.path.normpath(root)
+        for part in os.path.relpath(path, root).split(os.sep):
+            if part in ("", "."):
+                continue
+            cur = os.path.join(cur, part)
+            try:
+                if stat.S_ISLNK(os.lstat(cur).st_mode):
+                    return None, "a symlink; not followed when running as root"
+            except OSError as exc:
+                return None, _os_problem(exc)
+        return path, None
+    try:
+        real = os.path.realpath(path, strict=True)
+    except OSError as exc:
+        return None, _os_problem(exc)
+    except RuntimeError:  # older Pythons report loops this way
+        return None, "symlink loop"
+    return real, None
+
+
+def _os_problem(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "symlink loop"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "unreadable: permission denied"
+    if exc.errno == errno.ENOENT:
+        return "does not exist"
+    return f"unreadable: {exc.strerror or exc}"
+
+
+def read_bytes(path: str, root: str | None, no_symlinks: bool = False,
+               limit: int = MAX_BYTES) -> tuple[bytes | None, str | None, str | None, int]:
+    """(data, problem, kind, size): at most `limit` bytes of a regular file."""
+    real, why = resolve(path, root, no_symlinks)
+    if real is None:
+        kind = "outside" if why and "outside" in why else ("missing" if why == "does not exist" else "unreadable")
+        return None, why, kind, 0
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if no_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(real, flags)
+    except OSError as exc:
+        return None, _os_problem(exc), "unreadable", 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file", "not-a-file", 0
+        if st.st_size > limit:
+            return None, (f"{st.st_size / 2**20:.1f} MiB, above the {limit // 2**20} MiB limit for "
+                          "analysis; not analysed"), "too-large", st.st_size
+        chunks = []
+        total = 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:  # grew while reading
+            return None, f"above the {limit // 2**20} MiB limit for analysis; not analysed", "too-large", len(data)
+        return data, None, None, len(data)
+    except OSError as exc:
+        return None, _os_problem(exc), "unreadable", 0
+    finally:
+        os.close(fd)
+
+
+def decode(data: bytes, python: bool) -> tuple[str, tuple[str, ...]]:
+    """Text of `data`: PEP 263 coding for Python, else UTF-8; bad bytes replaced and noted."""
+    encoding = "utf-8"
+    if python:
+        import io
+        import tokenize
+
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except (SyntaxError, LookupError):
+            encoding = "utf-8"
+    try:
+        return data.decode(encoding), ()
+    except (UnicodeDecodeError, LookupError) as exc:
+        start = getattr(exc, "start", 0)
+        line = data.count(b"\n", 0, start) + 1
+        text = data.decode("utf-8", errors="replace")
+        return text, (f"not valid {encoding} (byte {start}, line {line}); read with replacement characters",)
+
+
+def read_source(path: str, root: str | None, no_symlinks: bool = False, python: bool = False,
+                limit: int = MAX_BYTES) -> Source:
+    """Read a script for analysis; a file that cannot be read says why, never raises."""
+    data, problem, kind, size = read_bytes(path, root, no_symlinks, limit)
+    if data is None:
+        return Source(path, None, problem, kind, size=size)
+    if not data.strip():
+        return Source(path, None, "empty file", "empty", size=size)
+    if b"\0" in data[:BINARY_PROBE]:
+        return Source(path, None, "binary file (NUL bytes), not a script", "binary", size=size)
+    text, notes = decode(data, python)
+    return Source(path, text, None, None, notes, size)
+
+
+def peek(path: str, n: int = 256) -> bytes:
+    """The first `n` bytes of a regular file (b'' for anything else); never blocks on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return b""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.read(fd, n)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)

@@ -1,0 +1,227 @@
+"""`gpu-doctor launch`: run every rank yourself, each under its own Score-P, and watch it.
+
+    gpu-doctor launch --nproc 4 --instrument scorep --scorep-flags "--cuda --thread=pthread" \\
+        -- train.py --max_steps 50
+
+Exit codes: 0 every rank finished with 0; otherwise the first failing rank's
+code (a signal N as 128+N); 124 rendezvous timeout; 128+N when gpu-doctor got
+signal N (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP); 1 CUDA warm-up failed (nothing
+launched); 2 usage or setup error (e.g. Score-P missing), nothing launched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from doctor.case import Case
+from doctor.cli import Parser, UsageError, positive_float
+from doctor.launch import slurm
+from doctor.launch.engine import Launcher
+from doctor.launch.events import RunSummary
+from doctor.launch.scorep import find_scorep
+from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, LaunchSpec
+from doctor.launch.view import LiveView, PlainView, summary_lines
+
+LAUNCHER_SCRIPTS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text!r}")
+    return value
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="gpu-doctor launch", description=(
+        "Launch one process per rank (each under its own `python -m scorep` when instrumented), "
+        "after a CUDA warm-up outside Score-P, and show their status live."),
+        usage="gpu-doctor launch [options] -- script.py [args...]")
+    p.add_argument("--nproc", type=positive_int, metavar="N",
+                   help="ranks per node (default: the GPUs Slurm or CUDA_VISIBLE_DEVICES give, else 1)")
+    p.add_argument("--nnodes", type=positive_int, metavar="N",
+                   help="nodes (more than 1 needs a Slurm allocation; default: the allocation's nodes)")
+    p.add_argument("--instrument", choices=("scorep", "none"), default="none",
+                   help="run each rank under `python -m scorep` (default: none)")
+    p.add_argument("--scorep-flags", default=" ".join(DEFAULT_SCOREP_FLAGS), metavar="FLAGS",
+                   help=f"flags for python -m scorep (default: {' '.join(DEFAULT_SCOREP_FLAGS)!r})")
+    p.add_argument("--python", metavar="P", help="the job's interpreter (default: the current one)")
+    p.add_argument("--workdir", metavar="D", default=".", help="the folder the ranks run in (default: .)")
+    p.add_argument("--run-dir", metavar="D", help="where logs go (default: WORKDIR/.gpu-doctor/runs/TIME)")
+    p.add_argument("--no-warmup", action="store_true", help="skip the CUDA warm-up")
+    p.add_argument("--warmup-budget", type=positive_float, default=300.0, metavar="S",
+                   help="how long the warm-up may retry (default 300)")
+    p.add_argument("--grace", type=non_negative_float, default=5.0, metavar="S",
+                   help="after a rank fails, how long the others may finish (default 5)")
+    p.add_argument("--kill-after", type=non_negative_float, default=5.0, metavar="S",
+                   help="after SIGTERM, when a rank gets SIGKILL (default 5)")
+    p.add_argument("--rendezvous-timeout", type=non_negative_float, default=300.0, metavar="S",
+                   help="after the first rank joins the rendezvous, how long the others may take; 0 = off")
+    p.add_argument("--master-addr", default="127.0.0.1", metavar="A")
+    p.add_argument("--master-port", type=positive_int, metavar="P", help="default: a free port")
+    p.add_argument("--plain", action="store_true", help="plain line output even on a terminal")
+    p.add_argument("--quiet", "-q", action="store_true", help="do not echo rank output (logs keep it)")
+    return p
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    for i, arg in enumerate(argv):   # `launch [opts] script.py args`: the first .py ends the options
+        if arg.endswith(".py") and not arg.startswith("-"):
+            return argv[:i], argv[i:]
+    return argv, []
+
+
+def scorep_flags(text: str) -> tuple[str, ...]:
+    try:
+        flags = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"--scorep-flags {text!r}: {exc}") from None
+    if "--" in flags:
+        raise UsageError("--scorep-flags must not contain `--`: python -m scorep passes it to "
+                         "scorep-config, which fails with \"Unknown option: '--'\" (SCP005)")
+    return flags
+
+
+def default_nproc(env: dict[str, str]) -> int:
+    for name in ("SLURM_NTASKS_PER_NODE",):
+        value = env.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return Case(env=env).gpus_expected or 1
+
+
+def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]) -> LaunchSpec:
+    if not command:
+        raise UsageError("nothing to launch: give the training script after `--` "
+                         "(gpu-doctor launch --nproc 2 -- train.py ...)")
+    script, script_args = command[0], tuple(command[1:])
+    if Path(script).name in LAUNCHER_SCRIPTS or any(a in LAUNCHER_SCRIPTS for a in command[:3]):
+        raise UsageError(f"{script!r} is a launcher: gpu-doctor launch starts every rank itself; pass the "
+                         "training script (wrapping torchrun measures only its agent, LNC001)")
+    workdir = Path(args.workdir)
+    if not workdir.is_dir():
+        raise UsageError(f"--workdir {args.workdir!r} is not a folder")
+    workdir = workdir.resolve()
+    if not (workdir / script).is_file():
+        raise UsageError(f"script {script!r} not found in {workdir}")
+    python = args.python or sys.executable
+    if args.python and not (shutil.which(python, path=env.get("PATH")) or Path(python).is_file()):
+        raise UsageError(f"--python {python!r} not found")
+    nproc = args.nproc or default_nproc(env)
+    nnodes, hosts = nodes(args, env)
+    return LaunchSpec(
+        script=script, args=script_args, nproc=nproc, python=python, workdir=workdir,
+        instrument=args.instrument, scorep_flags=scorep_flags(args.scorep_flags), env=env,
+        master_addr=args.master_addr, master_port=args.master_port, warmup=not args.no_warmup,
+        warmup_budget_s=args.warmup_budget, grace_s=args.grace, kill_after_s=args.kill_after,
+        rendezvous_timeout_s=args.rendezvous_timeout or None,
+        run_dir=Path(args.run_dir).resolve() if args.run_dir else None, nnodes=nnodes,
+        slurm_hosts=hosts)
+
+
+def nodes(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, tuple[str, ...]]:
+    """(nodes, hosts for srun or ()): one node runs locally; more need a Slurm allocation."""
+    alloc_nodes = slurm.allocation_nodes(env)
+    wanted = args.nnodes or (alloc_nodes if alloc_nodes > 1 else 1)
+    if wanted == 1:
+        return 1, ()
+    if alloc_nodes == 0:
+        raise UsageError(f"--nnodes {wanted}: more than one node needs a Slurm allocation "
+                         f"(salloc/sbatch -N {wanted}); gpu-doctor does not start ranks on other hosts itself")
+    if wanted > alloc_nodes:
+        raise UsageError(f"--nnodes {wanted}, but this Slurm allocation has {alloc_nodes} node(s)")
+    if not shutil.which("srun", path=env.get("PATH")):
+        raise UsageError("a multi-node launch runs through `srun`, which is not on PATH")
+    alloc = slurm.current_allocation(env)
+    hosts = alloc.hosts if alloc else ()
+    if not hosts:
+        raise UsageError("cannot tell the allocation's nodes: SLURM_JOB_NODELIST is empty")
+    return wanted, hosts
+
+
+def install_signals(launcher: Launcher) -> dict[int, Any]:
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, lambda signum, _frame: launcher.signal_stop(signum))
+    return previous
+
+
+def wait_for(launcher: Launcher) -> RunSummary:
+    while True:
+        summary = launcher.wait(0.2)   # short waits so signal handlers run promptly
+        if summary is not None:
+            return summary
+
+
+def run_launch(spec: LaunchSpec, plain: bool, quiet: bool) -> int:
+    started_wall = time.time()
+    launcher = Launcher(spec)
+    plain_view = PlainView(quiet=quiet)
+    use_live = not plain and sys.stderr.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
+    previous = install_signals(launcher)
+    try:
+        if use_live:
+            from doctor.launch.gpus import GpuMonitor
+
+            gpus = GpuMonitor().start()
+            live = LiveView(launcher.statuses, gpus.snapshot, "starting")
+            launcher.add_sink(live)
+            with live:
+                launcher.start()
+                summary = wait_for(launcher)
+            gpus.stop()
+        else:
+            launcher.add_sink(plain_view)
+            launcher.start()
+            summary = wait_for(launcher)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for line in summary_lines(summary):
+        plain_view.say(line)
+    if spec.instrumented and summary.ranks and any(r.pid for r in summary.ranks):
+        from doctor.launch.verify import verify
+
+        check = verify(spec, summary, started_wall)
+        for problem in check.problems():
+            plain_view.say(f"  {problem}")
+        if check.unavailable:
+            plain_view.say(f"  trace checks not in this build: {', '.join(check.unavailable)}")
+        plain_view.say(check.verdict_line())
+    return summary.exit_code
+
+
+def main(argv: Sequence[str]) -> int:
+    opts, command = split_command(list(argv))
+    args = build_parser().parse_args(opts)
+    env = dict(os.environ)
+    spec = build_spec(args, command, env)
+    if spec.instrumented:
+        found = find_scorep(spec.python, env)
+        if not found.ok:
+            raise UsageError(found.problem(spec.python))
+    return run_launch(spec, args.plain, args.quiet)

@@ -1,0 +1,125 @@
+"""Beyond one node: launch through Slurm's `srun`, one task per rank.
+
+gpu-doctor never starts processes on other hosts itself. Inside an allocation
+it builds one `srun` step; each task runs `python -m doctor.launch.srun_task`,
+which maps SLURM_PROCID/SLURM_LOCALID/... to RANK/LOCAL_RANK/..., sets the
+rank's own Score-P folder, warms CUDA up outside Score-P, then execs the same
+per-rank command a single-node launch uses.
+
+Shell equivalent (2 nodes x 4 ranks):
+    srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --kill-on-bad-exit=1 --label --unbuffered \\
+         --export=ALL,MASTER_ADDR=node01,MASTER_PORT=29512 \\
+         python -m doctor.launch.srun_task --warmup-python python -- \\
+         python -m scorep --cuda --thread=pthread train.py
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Mapping
+
+from doctor.launch.spec import LaunchSpec, rank_command
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The Slurm allocation this process runs in."""
+
+    job_id: str
+    nnodes: int
+    nodelist: str
+    hosts: tuple[str, ...]
+
+
+def allocation_nodes(env: Mapping[str, str]) -> int:
+    """Nodes of the allocation we are in (0 outside Slurm)."""
+    if not env.get("SLURM_JOB_ID"):
+        return 0
+    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
+def _expand_range(prefix: str, body: str, suffix: str) -> list[str]:
+    out: list[str] = []
+    for part in body.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            width = len(lo)
+            out.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(lo), int(hi) + 1))
+        else:
+            out.append(f"{prefix}{part}{suffix}")
+    return out
+
+
+def parse_nodelist(text: str) -> list[str]:
+    """`node[01-03,07],gpu5` -> node01 node02 node03 node07 gpu5 (one bracket per name)."""
+    hosts: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)?", text.strip()):
+        item = item.strip(",")
+        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", item)
+        hosts.extend(_expand_range(*m.groups()) if m else [item] if item else [])
+    return hosts
+
+
+def expand_nodelist(text: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """Hostnames of a Slurm node list: `scontrol show hostnames` when there, else our parser."""
+    scontrol = shutil.which("scontrol", path=(env or {}).get("PATH") if env else None)
+    if scontrol:
+        try:
+            out = subprocess.run([scontrol, "show", "hostnames", text], capture_output=True,
+                                 text=True, timeout=10, check=False)
+            hosts = out.stdout.split()
+            if out.returncode == 0 and hosts:
+                return hosts
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return parse_nodelist(text)
+
+
+def current_allocation(env: Mapping[str, str]) -> Allocation | None:
+    nnodes = allocation_nodes(env)
+    if nnodes == 0:
+        return None
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    hosts = tuple(expand_nodelist(nodelist, env)) if nodelist else ()
+    return Allocation(env.get("SLURM_JOB_ID", ""), nnodes, nodelist, hosts)
+
+
+def master_port_for(job_id: str) -> int:
+    """A port every node agrees on without talking: derived from the job id."""
+    digits = "".join(c for c in job_id if c.isdigit()) or "0"
+    return 29500 + int(digits) % 2000
+
+
+def srun_command(spec: LaunchSpec, master_addr: str, master_port: int,
+                 srun: str = "srun") -> list[str]:
+    """The one `srun` step that runs every rank of a multi-node launch."""
+    nnodes = max(1, spec.nnodes)
+    task = [sys.executable, "-m", "doctor.launch.srun_task"]
+    if spec.warmup:
+        task += ["--warmup-python", spec.python, "--warmup-budget", f"{spec.warmup_budget_s:g}"]
+        if spec.cuda_required:
+            task.append("--require-cuda")
+    return [
+        srun, f"--nodes={nnodes}", f"--ntasks={nnodes * spec.nproc}",
+        f"--ntasks-per-node={spec.nproc}", "--kill-on-bad-exit=1", "--label", "--unbuffered",
+        f"--chdir={spec.workdir}",
+        f"--export=ALL,MASTER_ADDR={master_addr},MASTER_PORT={master_port}",
+        *task, "--", *rank_command(spec),
+    ]
+
+
+_LABEL = re.compile(r"^\s*(\d+): ?(.*)$", re.DOTALL)
+
+
+def split_label(line: str) -> tuple[int | None, str]:
+    """`srun --label` output `  3: text` -> (3, "text"); unlabelled -> (None, line)."""
+    m = _LABEL.match(line)
+    return (int(m.group(1)), m.group(2)) if m else (None, line)

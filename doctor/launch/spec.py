@@ -1,0 +1,141 @@
+"""What to launch: the spec, and the exact command and environment of each rank.
+
+Shell equivalent of one instrumented rank (what the field guide's fix does by hand):
+
+    RANK=1 LOCAL_RANK=1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 \\
+    MASTER_PORT=29500 SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_1 \\
+    python -m scorep --cuda --thread=pthread train.py --args
+
+Note: no `--` after the Score-P flags: the wrapper forwards it to
+`scorep-config`, which rejects it (SCP005).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+DEFAULT_SCOREP_FLAGS = ("--cuda", "--thread=pthread")
+
+# Variables a rank must not inherit: they would make `python -m scorep` skip its
+# re-exec or preload Score-P into a process that is meant to be outside it.
+SCOREP_INHERITED = ("SCOREP_PYTHON_BINDINGS_INITIALISED",)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One launch on this node (or, with `slurm`, across an allocation)."""
+
+    script: str
+    args: tuple[str, ...] = ()
+    nproc: int = 1
+    python: str = sys.executable
+    workdir: Path = field(default_factory=Path.cwd)
+    instrument: str = "none"                      # "scorep" or "none"
+    scorep_flags: tuple[str, ...] = DEFAULT_SCOREP_FLAGS
+    env: Mapping[str, str] | None = None          # base environment; default: os.environ at start
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None                # None: a free port, chosen at start
+    warmup: bool = True
+    warmup_budget_s: float = 300.0
+    grace_s: float = 5.0                          # after a rank fails, before the others are stopped
+    kill_after_s: float = 5.0                     # after SIGTERM, before SIGKILL
+    rendezvous_timeout_s: float | None = 300.0
+    run_dir: Path | None = None                   # default <workdir>/.gpu-doctor/runs/<timestamp>
+    nnodes: int = 1
+    slurm_hosts: tuple[str, ...] = ()             # set: launch through srun over these hosts
+
+    @property
+    def instrumented(self) -> bool:
+        return self.instrument == "scorep"
+
+    @property
+    def cuda_required(self) -> bool:
+        """Score-P is asked to record CUDA, so a node without CUDA cannot do this run."""
+        return self.instrumented and "--cuda" in self.scorep_flags
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * max(1, self.nnodes)
+
+    def base_env(self) -> dict[str, str]:
+        env = dict(os.environ if self.env is None else self.env)
+        for name in SCOREP_INHERITED:
+            env.pop(name, None)
+        return env
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """The exact process of one rank: argv, the variables set for it, its log."""
+
+    rank: int
+    argv: tuple[str, ...]
+    rank_env: Mapping[str, str]         # what the launcher sets on top of the base environment
+    cwd: str
+    log_path: str
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        merged = dict(base)
+        merged.update(self.rank_env)
+        return merged
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    """A TCP port that nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((addr if addr not in ("localhost",) else "127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_command(spec: LaunchSpec) -> tuple[str, ...]:
+    """`python [-m scorep <flags>] script args` — the same for every rank."""
+    if spec.instrumented:
+        return (spec.python, "-m", "scorep", *spec.scorep_flags, spec.script, *spec.args)
+    return (spec.python, spec.script, *spec.args)
+
+
+def experiment_dir(rank: int) -> str:
+    return f"scorep_rank_{rank}"
+
+
+def rank_env(spec: LaunchSpec, rank: int, master_port: int, base: Mapping[str, str]) -> dict[str, str]:
+    """The variables torchrun would set for a rank, plus Score-P's per-rank folder."""
+    env = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank % spec.nproc),
+        "WORLD_SIZE": str(spec.world_size),
+        "LOCAL_WORLD_SIZE": str(spec.nproc),
+        "MASTER_ADDR": spec.master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+    if spec.instrumented:
+        env["SCOREP_EXPERIMENT_DIRECTORY"] = experiment_dir(rank)
+    if "PYTHONUNBUFFERED" not in base:
+        env["PYTHONUNBUFFERED"] = "1"   # live status needs lines as they are printed
+    return env
+
+
+def default_run_dir(workdir: Path, now: dt.datetime | None = None) -> Path:
+    stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    base = workdir / ".gpu-doctor" / "runs"
+    path = base / stamp
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"{stamp}-{n}"
+    return path
+
+
+def plan_ranks(spec: LaunchSpec, master_port: int, run_dir: Path) -> list[RankPlan]:
+    """One plan per local rank (single node)."""
+    base = spec.base_env()
+    argv = rank_command(spec)
+    return [RankPlan(rank=r, argv=argv, rank_env=rank_env(spec, r, master_port, base),
+                     cwd=str(spec.workdir), log_path=str(run_dir / f"rank_{r}.log"))
+            for r in range(spec.nproc)]

@@ -1,0 +1,238 @@
+"""Node facts: NVML, the CUDA driver API, the CUDA runtime API, the framework, the fabric.
+
+Every probe that touches the driver runs in a subprocess (`run_isolated`: own
+session, hard timeout, killed as a group) started with `python -I -S` and a
+stdlib + ctypes (+ pynvml) child script, so it starts in milliseconds.
+
+Facts (shared contracts):
+- `nvml`: {"driver_loaded", "no_driver", "error", "error_code", "driver_version",
+  "cuda_driver_version", "gpus": [{"index", "name", "uuid", "pci_bus_id", "memory_total",
+  "memory_used", "utilization_gpu"}], "fabric": {...}}
+- `fabric`: {"gpus": [{"index", "state", "state_name", "status", "health_mask", "supported",
+  "error"}]} or {"error": str} when the query died.
+- `cuda_driver`: {"api": "driver", "library", "path", "loaded", "load_error",
+  "driver_version", "code", "name", "string", "count"}
+- `cuda_runtime`: {"state": "ready"|"never_ready"|"error"|"hung", "ready_attempt",
+  "waited_s", "budget_s", "attempt_timeout_s", "attempts": [one cuda_child result each,
+  plus "attempt", "duration_s", "timed_out"], "last": the last attempt}
+- `framework`: {"ok", "error", "import_error", "python", "torch_version", "torch_cuda",
+  "device_count", "is_available", "nccl_version"}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from doctor.facts import ProbeContext, ProbeTimeout
+from doctor.isolate import Isolated, run_isolated
+from doctor.probes.cuda_errors import RETRYABLE
+from doctor.registry import provider
+
+HERE = Path(__file__).resolve().parent
+
+# GPU003's retries: a fresh process per attempt, backoff doubling from BACKOFF_START
+# up to BACKOFF_MAX, all within the provider's budget. An attempt that runs past
+# ATTEMPT_TIMEOUT is a hang; the last attempt always gets at least MIN_ATTEMPT.
+RUNTIME_BUDGET = 45.0
+ATTEMPT_TIMEOUT = 20.0
+BACKOFF_START = 0.25
+BACKOFF_MAX = 5.0
+MIN_ATTEMPT = 1.0
+
+_pynvml_dir: str | None = None
+
+
+def pynvml_dir() -> str:
+    """The folder holding pynvml, found without importing it (children run with -I -S)."""
+    global _pynvml_dir
+    if _pynvml_dir is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("pynvml")
+        _pynvml_dir = str(Path(spec.origin).parent) if spec and spec.origin else ""
+    return _pynvml_dir
+
+
+def child_argv(script: str, *args: str) -> list[str]:
+    """Isolated (-I), no site (-S): the child sees only the stdlib and what we pass."""
+    return [sys.executable, "-I", "-S", str(HERE / script), *args]
+
+
+def json_lines(out: Isolated) -> list[dict[str, Any]]:
+    docs = []
+    for line in out.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                docs.append(json.loads(line))
+            except ValueError:
+                continue
+    return docs
+
+
+def died(out: Isolated) -> str:
+    """Why a child printed nothing: its signal or exit code and the end of its stderr."""
+    how = f"killed by {out.signal_name}" if out.signal_name else f"exit code {out.returncode}"
+    tail = out.stderr.strip().splitlines()[-1:] if out.stderr.strip() else []
+    return how + (f": {tail[0]}" if tail else "")
+
+
+@provider("nvml", timeout=15.0)
+def nvml(ctx: ProbeContext) -> dict[str, Any]:
+    """Driver, GPUs and fabric state through pynvml, in one child process."""
+    limit = ctx.limit()
+    out = run_isolated(child_argv("nvml_child.py", pynvml_dir()), limit, env=dict(ctx.case.env))
+    sections = {d.get("section"): d for d in json_lines(out)}
+    doc = sections.get("nvml")
+    if doc is None:
+        if out.timed_out:
+            raise ProbeTimeout(f"nvmlInit or an NVML query did not return within {limit:.1f} s (killed)")
+        raise RuntimeError(f"the nvml probe died ({died(out)})")
+    doc.pop("section", None)
+    fabric = sections.get("fabric")
+    if fabric is not None:
+        fabric.pop("section", None)
+    elif doc.get("driver_loaded"):
+        why = (f"the fabric query did not return within {limit:.1f} s" if out.timed_out
+               else f"the fabric query died ({died(out)})")
+        fabric = {"error": why, "timed_out": out.timed_out}
+    doc["fabric"] = fabric
+    return doc
+
+
+@provider("fabric", timeout=15.0)
+def fabric(ctx: ProbeContext) -> dict[str, Any]:
+    """NVSwitch fabric state per GPU (queried by the nvml probe's child)."""
+    value = ctx.need("nvml")
+    if not value.get("driver_loaded"):
+        return {"gpus": [], "error": None, "no_driver": True}
+    return value.get("fabric") or {"error": "the nvml probe returned no fabric state"}
+
+
+@provider("cuda_driver", timeout=15.0)
+def cuda_driver(ctx: ProbeContext) -> dict[str, Any]:
+    """cuInit + cuDeviceGetCount on libcuda.so.1, once, in a fresh process."""
+    limit = ctx.limit()
+    out = run_isolated(child_argv("cuda_child.py", "driver"), limit, env=dict(ctx.case.env))
+    docs = json_lines(out)
+    if not docs:
+        if out.timed_out:
+            raise ProbeTimeout(f"cuInit did not return within {limit:.1f} s (killed)")
+        raise RuntimeError(f"the cuda_driver probe died ({died(out)})")
+    return docs[-1]
+
+
+def runtime_attempt(ctx: ProbeContext, number: int, timeout: float) -> dict[str, Any]:
+    """One attempt in a fresh process: the child's result plus how it ended."""
+    out = run_isolated(child_argv("cuda_child.py", "runtime"), timeout, env=dict(ctx.case.env))
+    docs = json_lines(out)
+    doc = docs[-1] if docs else {"code": None, "name": None, "string": None, "api": "runtime"}
+    doc.update(attempt=number, duration_s=round(out.duration_s, 3), timed_out=out.timed_out)
+    if not docs and not out.timed_out:
+        doc["crashed"] = died(out)
+    return doc
+
+
+def retryable(attempt: dict[str, Any]) -> bool:
+    return bool(attempt.get("crashed")) or attempt.get("code") in RETRYABLE
+
+
+@provider("cuda_runtime", timeout=RUNTIME_BUDGET)
+def cuda_runtime(ctx: ProbeContext) -> dict[str, Any]:
+    """Probe the runtime API until it is ready, with backoff, within the budget.
+
+    Each attempt is a fresh process: a runtime that failed once in a process
+    stays failed there. Ends 'ready' (at attempt k), 'error' (a code no retry
+    cures), 'never_ready' (budget spent) or 'hung' (an attempt never returned).
+    """
+    budget = ctx.limit()
+    start = time.monotonic()
+    attempts: list[dict[str, Any]] = []
+    delay = BACKOFF_START
+    state = "never_ready"
+    while True:
+        left = budget - (time.monotonic() - start)
+        attempt = runtime_attempt(ctx, len(attempts) + 1, min(ATTEMPT_TIMEOUT, max(left, 0.05)))
+        attempts.append(attempt)
+        if attempt["timed_out"]:
+            state = "hung"
+            break
+        if attempt.get("code") == 0:
+            state = "ready"
+            break
+        if not retryable(attempt):
+            state = "error"
+            break
+        left = budget - (time.monotonic() - start)
+        if left < MIN_ATTEMPT + 0.05:
+            break
+        time.sleep(min(delay, left - MIN_ATTEMPT))
+        delay = min(delay * 2, BACKOFF_MAX)
+    return {
+        "state": state,
+        "ready_attempt": len(attempts) if state == "ready" else None,
+        "waited_s": round(time.monotonic() - start, 3),
+        "budget_s": round(budget, 3),
+        "attempt_timeout_s": ATTEMPT_TIMEOUT,
+        "attempts": attempts,
+        "last": attempts[-1],
+    }
+
+
+FRAMEWORK_MARK = "GPU_DOCTOR_FRAMEWORK "
+# Runs in the job's interpreter: any Python 3, nothing but torch and the stdlib.
+# zeros().cuda() comes first: device_count()/is_available() cache a failure.
+FRAMEWORK_CODE = f"""
+import json, sys
+r = {{"python": sys.executable, "ok": False, "error": None, "import_error": None,
+     "torch_version": None, "torch_cuda": None, "device_count": None, "is_available": None,
+     "nccl_version": None}}
+try:
+    import torch
+except BaseException as e:
+    r["import_error"] = "%s: %s" % (type(e).__name__, e)
+else:
+    r["torch_version"] = str(torch.__version__)
+    r["torch_cuda"] = getattr(torch.version, "cuda", None)
+    try:
+        torch.zeros(1).cuda()
+        torch.cuda.synchronize()
+        r["ok"] = True
+    except BaseException as e:
+        r["error"] = ("%s: %s" % (type(e).__name__, e)).strip()
+    try:
+        r["device_count"] = int(torch.cuda.device_count())
+        r["is_available"] = bool(torch.cuda.is_available())
+    except BaseException:
+        pass
+    try:
+        v = torch.cuda.nccl.version()
+        r["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except BaseException:
+        pass
+sys.stdout.write({FRAMEWORK_MARK!r} + json.dumps(r) + "\\n")
+"""
+
+
+@provider("framework", timeout=90.0)
+def framework(ctx: ProbeContext) -> dict[str, Any]:
+    """torch.zeros(1).cuda() in the job's interpreter, in try/except, in a subprocess."""
+    python = ctx.case.job_python
+    limit = ctx.limit()
+    cwd = str(ctx.case.root) if ctx.case.root else None
+    out = run_isolated([python, "-c", FRAMEWORK_CODE], limit, env=dict(ctx.case.env), cwd=cwd)
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith(FRAMEWORK_MARK):
+            return dict(json.loads(line[len(FRAMEWORK_MARK):]))
+    if out.timed_out:
+        raise ProbeTimeout(f"torch.zeros(1).cuda() in {python} did not return within {limit:.1f} s "
+                           "(killed)")
+    if out.returncode is None:
+        raise RuntimeError(out.stderr.strip() or f"cannot start {python}")
+    return {"ok": False, "python": python, "error": f"{python} ended without a result ({died(out)})",
+            "import_error": None, "torch_version": None, "torch_cuda": None, "device_count": None,
+            "is_available": None, "nccl_version": None}

@@ -1,0 +1,225 @@
+"""Apply a Plan and undo it, losing nothing.
+
+Apply: refuse if any file differs from what the plan saw; refuse read-only
+files and folders before writing anything; write a backup of every file it
+edits; append the journal's `begin` record (fsynced) BEFORE the first file is
+replaced; replace each file atomically (temp + fsync + rename), keeping its
+mode bits and owner; then append `commit`. Files already holding the planned
+bytes are left alone, so applying twice is a no-op. Undo puts every file of a
+transaction back byte for byte from its backup and removes files it created;
+it works on an interrupted transaction as well (see `doctor.remedy.journal`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from doctor.remedy import files, journal
+from doctor.remedy.model import FileTarget, NotWritable, Plan, RemedyError, StaleFile, sha256
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    tx: str | None
+    written: tuple[Path, ...]
+    already: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class UndoResult:
+    txs: tuple[str, ...]
+    restored: tuple[Path, ...]
+    removed: tuple[Path, ...]
+
+
+def _current(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RemedyError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def pending_targets(plan: Plan) -> tuple[list[FileTarget], list[FileTarget]]:
+    """(files to write, files already holding the planned bytes); StaleFile if one changed."""
+    todo, done = [], []
+    for t in plan.files:
+        cur = _current(t.path)
+        cur_sha = None if cur is None else sha256(cur)
+        if cur_sha == t.after_sha256:
+            done.append(t)
+        elif cur_sha != t.before_sha256:
+            what = ("appeared" if t.created else "was removed") if (cur is None) != t.created \
+                else "changed"
+            raise StaleFile(f"{t.path} {what} since the plan was made; nothing was written. "
+                            "Run `gpu-doctor fix` again to plan against the current files.")
+        else:
+            todo.append(t)
+    return todo, done
+
+
+def _preflight(root: Path, todo: list[FileTarget]) -> None:
+    folder = journal.state_dir(root)
+    if folder.exists():
+        files.probe_folder(folder)
+    else:
+        files.probe_folder(root)
+    for t in todo:
+        if not t.created:
+            files.require_writable(t.path)
+        files.probe_folder(t.path.parent)
+    interrupted = [tx for tx in journal.transactions(root) if tx.end == "interrupted" and not tx.undone]
+    if interrupted:
+        raise RemedyError(f"an earlier apply ({interrupted[-1].tx}) was interrupted; run "
+                          "`gpu-doctor undo` to put its files back first")
+
+
+def new_tx() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def apply_plan(plan: Plan, argv: Sequence[str] = ()) -> ApplyResult:
+    """Write the plan's files. Raises StaleFile / NotWritable / RemedyError with nothing changed."""
+    root = plan.root
+    todo, done = pending_targets(plan)
+    if not todo:
+        return ApplyResult(None, (), tuple(t.path for t in done))
+    _preflight(root, todo)
+    with journal.locked(root):
+        todo, done = pending_targets(plan)  # again, under the lock
+        if not todo:
+            return ApplyResult(None, (), tuple(t.path for t in done))
+        tx = new_tx()
+        entries = _backup(root, tx, todo)
+        journal.append(root, {"type": "begin", "tx": tx, "root": str(root), "argv": list(argv),
+                              "remedies": _remedy_records(plan), "files": entries})
+        written: list[FileTarget] = []
+        try:
+            for t, entry in zip(todo, entries, strict=True):
+                _install(t, entry, tx)
+                written.append(t)
+        except OSError as exc:
+            restored = _roll_back(root, written, entries, tx)
+            journal.append(root, {"type": "abort", "tx": tx, "reason": str(exc),
+                                  "restored": [str(p) for p in restored]})
+            raise RemedyError(f"cannot write {getattr(exc, 'filename', '') or 'a file'}: "
+                              f"{exc.strerror or exc}; the files already written were put back") from None
+        journal.append(root, {"type": "commit", "tx": tx, "written": [str(t.path) for t in todo]})
+    return ApplyResult(tx, tuple(t.path for t in todo), tuple(t.path for t in done))
+
+
+def _remedy_records(plan: Plan) -> list[dict[str, object]]:
+    return [{"id": rp.remedy_id, "safety": rp.safety.value, "title": rp.title,
+             "checks": list(rp.checks), "files": [str(p) for p in rp.files]} for rp in plan.ready]
+
+
+def _backup(root: Path, tx: str, todo: list[FileTarget]) -> list[dict[str, object]]:
+    folder = journal.state_dir(root) / "backups" / tx
+    entries: list[dict[str, object]] = []
+    for i, t in enumerate(todo):
+        entry: dict[str, object] = {"path": str(t.path), "action": "create" if t.created else "edit",
+                                    "before_sha256": t.before_sha256, "after_sha256": t.after_sha256,
+                                    "backup": None, "mode": t.mode}
+        if not t.created:
+            folder.mkdir(parents=True, exist_ok=True)
+            data = t.path.read_bytes()
+            if sha256(data) != t.before_sha256:
+                raise StaleFile(f"{t.path} changed while applying; nothing was written")
+            backup = folder / f"{i}-{t.path.name}.bak"
+            files.write_durable(backup, data, 0o600, tx)
+            entry["backup"] = str(backup.relative_to(journal.state_dir(root)))
+            entry["mode"] = t.path.stat().st_mode & 0o7777
+        entries.append(entry)
+    return entries
+
+
+def _install(t: FileTarget, entry: dict[str, object], tx: str) -> None:
+    mode = entry.get("mode")
+    mode = mode if isinstance(mode, int) else 0o644
+    owner = files.owner_of(t.path) if not t.created else files.owner_of(t.path.parent)
+    tmp = files.write_temp(t.path, t.after, mode, tx, owner if os.geteuid() == 0 else None)
+    files.replace_file(tmp, t.path)
+
+
+def _roll_back(root: Path, written: list[FileTarget], entries: list[dict[str, object]],
+               tx: str) -> list[Path]:
+    restored = []
+    by_path = {e["path"]: e for e in entries}
+    for t in reversed(written):
+        _restore(root, by_path[str(t.path)], tx)
+        restored.append(t.path)
+    return restored
+
+
+def _restore(root: Path, entry: dict[str, object], tx: str) -> str:
+    """Put one file back; returns 'restored', 'removed' or 'unchanged'."""
+    path = Path(str(entry["path"]))
+    cur = _current(path)
+    cur_sha = None if cur is None else sha256(cur)
+    files.temp_name(path, tx).unlink(missing_ok=True)  # a temp left by a crash
+    if cur_sha == entry["before_sha256"]:
+        return "unchanged"
+    if entry["action"] == "create":
+        files.remove_durable(path)
+        return "removed"
+    data = (journal.state_dir(root) / str(entry["backup"])).read_bytes()
+    mode = entry.get("mode")
+    files.write_durable(path, data, mode if isinstance(mode, int) else 0o644, f"undo-{tx}",
+                        files.owner_of(path) if os.geteuid() == 0 else None)
+    return "restored"
+
+
+def undo(root: Path, *, tx: str | None = None, everything: bool = False,
+         force: bool = False) -> UndoResult:
+    """Undo the latest open transaction (or `tx`, or all of them, newest first)."""
+    open_txs = [t for t in journal.transactions(root) if t.open]
+    if tx is not None:
+        chosen = [t for t in open_txs if t.tx == tx]
+        if not chosen:
+            raise RemedyError(f"no applied transaction {tx!r} in {journal.state_dir(root)}")
+    else:
+        chosen = list(reversed(open_txs)) if everything else open_txs[-1:]
+    if not chosen:
+        return UndoResult((), (), ())
+    restored: list[Path] = []
+    removed: list[Path] = []
+    with journal.locked(root):
+        for t in chosen:
+            _undo_preflight(root, t, force)
+            r, m = [], []
+            for entry in reversed(t.files):
+                what = _restore(root, entry, t.tx)
+                (r if what == "restored" else m if what == "removed" else []).append(Path(entry["path"]))
+            journal.append(root, {"type": "undo", "tx": t.tx, "restored": [str(p) for p in r],
+                                  "removed": [str(p) for p in m]})
+            restored += r
+            removed += m
+    return UndoResult(tuple(t.tx for t in chosen), tuple(restored), tuple(removed))
+
+
+def _undo_preflight(root: Path, t: journal.Transaction, force: bool) -> None:
+    for entry in t.files:
+        path = Path(entry["path"])
+        cur = _current(path)
+        cur_sha = None if cur is None else sha256(cur)
+        if entry["action"] == "edit":
+            backup = journal.state_dir(root) / str(entry.get("backup"))
+            if not backup.is_file() or sha256(backup.read_bytes()) != entry["before_sha256"]:
+                raise RemedyError(f"the backup of {path} ({backup}) is missing or damaged; "
+                                  "nothing was undone")
+        if cur_sha not in (entry["before_sha256"], entry["after_sha256"]) and not force:
+            raise StaleFile(f"{path} changed after gpu-doctor applied {t.tx}; nothing was undone "
+                            "(use --force to put the old content back anyway)")
+        if cur_sha != entry["before_sha256"]:
+            files.require_writable(path)
+            files.probe_folder(path.parent)
+
+
+__all__ = ["ApplyResult", "UndoResult", "apply_plan", "undo", "pending_targets",
+           "NotWritable", "StaleFile", "RemedyError"]

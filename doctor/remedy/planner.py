@@ -1,0 +1,106 @@
+"""Findings in, a Plan out: which remedies answer them, and what each would change.
+
+Remedies are planned in a fixed order (flag and environment fixes first, then
+the launch, then code), each on the draft the ones before it left, so a later
+remedy sees the earlier ones' changes: the per-rank launch script carries the
+`--cuda` that `scorep-add-cuda` added. Nothing is written here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from doctor import registry
+from doctor.case import Case
+from doctor.model import Finding, Safety, Status
+from doctor.remedy.draft import Draft, RemedyContext
+from doctor.remedy.model import CannotPlan, FileTarget, Plan, RemedyPlan, sha256
+
+# The order remedies are planned in; IDs not listed follow in the order findings name them.
+ORDER = (
+    "scorep-add-cuda", "scorep-drop-dashdash", "scorep-total-memory", "scorep-cuda-enable-fix",
+    "scorep-cuda-buffer", "trainer-lbm-off",
+    "per-rank-launch", "scorep-per-rank-dirs", "cuda-warmup", "exclude-node",
+    "lazy-scorep-import", "destroy-process-group", "stream-capture-producer", "cuda-real-op-check",
+)
+
+
+def open_findings(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.status not in (Status.PASS, Status.SKIP)]
+
+
+def remedies_for(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
+    """Remedy ID -> the findings that name it, in planning order."""
+    named: dict[str, list[Finding]] = {}
+    for f in open_findings(findings):
+        for rid in f.remedies:
+            named.setdefault(rid, []).append(f)
+    rank = {rid: i for i, rid in enumerate(ORDER)}
+    return dict(sorted(named.items(), key=lambda kv: rank.get(kv[0], len(ORDER))))
+
+
+def make_plan(case: Case, findings: Sequence[Finding], *, only: Sequence[str] = (),
+              unsafe: bool = True, facts: Any = None) -> Plan:
+    """Plan the remedies the findings name.
+
+    `only` limits the plan to these remedy IDs; without `unsafe`, unsafe
+    remedies are listed in `Plan.skipped` instead of being planned.
+    """
+    registry.load()
+    root = case.root or Path.cwd()
+    draft = Draft()
+    planned: list[RemedyPlan] = []
+    skipped: list[RemedyPlan] = []
+    for rid, found in remedies_for(findings).items():
+        if only and rid not in only:
+            continue
+        rp = _plan_one(case, rid, tuple(found), tuple(findings), draft, facts, planned, unsafe)
+        (skipped if rp.status == "skipped" else planned).append(rp)
+    return Plan(root, tuple(planned), _targets(draft), tuple(skipped))
+
+
+def _plan_one(case: Case, rid: str, found: tuple[Finding, ...], everything: tuple[Finding, ...],
+              draft: Draft, facts: Any, planned: list[RemedyPlan], unsafe: bool) -> RemedyPlan:
+    checks = tuple(dict.fromkeys(f.check_id for f in found))
+    rem = registry.REMEDIES.get(rid)
+    if rem is None:
+        return RemedyPlan(rid, Safety.MANUAL, rid, checks, found, status="unknown",
+                          note="no remedy of this ID is registered")
+    base = RemedyPlan(rid, rem.safety, rem.title, checks, found, steps=rem.steps)
+    if rem.safety == Safety.MANUAL or rem.plan is None:
+        return _replace(base, status="manual")
+    if rem.safety == Safety.UNSAFE and not unsafe:
+        return _replace(base, status="skipped", note="unsafe: edits your code; add --unsafe to apply")
+    ctx = RemedyContext(case, rid, found, everything, draft, facts,
+                        tuple(p.remedy_id for p in planned if p.status == "ready"))
+    snap = draft.snapshot()
+    try:
+        rem.plan(ctx)
+    except CannotPlan as exc:
+        draft.restore(snap)
+        return _replace(base, status="cannot", note=exc.reason, steps=exc.steps or rem.steps)
+    except Exception as exc:  # a remedy bug must not stop the others
+        draft.restore(snap)
+        return _replace(base, status="cannot", note=f"internal error: {type(exc).__name__}: {exc}")
+    if not ctx.changes:
+        return _replace(base, status="nothing", note=ctx.note or "nothing to change")
+    return _replace(base, changes=tuple(ctx.changes), note=ctx.note)
+
+
+def _replace(rp: RemedyPlan, **kw: Any) -> RemedyPlan:
+    return replace(rp, **kw)
+
+
+def _targets(draft: Draft) -> tuple[FileTarget, ...]:
+    out = []
+    for path in draft.touched():
+        before = draft.original[path]
+        after = draft.read(path)
+        assert after is not None
+        mode = draft.modes.get(path)
+        out.append(FileTarget(path, None if before is None else sha256(before), after, mode))
+    return tuple(out)
+

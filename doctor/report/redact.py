@@ -1,0 +1,299 @@
+"""Redaction: one pass over the final document and every bundled file.
+
+A `Redactor` is built from the environments the report shows (to learn which
+values are secrets, the user name, the home folder and the host names), then
+applied to every string that goes out: `document()` for the report, `text()`
+for each bundled file. It counts what each rule changed; the report prints
+those counts, and `--preview` prints them without writing anything.
+
+Rules run in a fixed order: known secret values first (exact literals), then
+URL credentials, vendor token shapes, secret-looking assignments, GPU UUIDs,
+long random-looking strings, the home folder, the user name, and host names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MASK = "[redacted]"
+ENV_ALLOW_PREFIXES = ("CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "SCOREP_", "SLURM_", "OMP_",
+                      "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_")
+SECRET_NAME_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")
+# Environment variables whose whole value is a host name (hashed with --hash-hosts).
+HOST_VARS = ("SLURMD_NODENAME", "SLURM_NODELIST", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST",
+             "SLURM_SUBMIT_HOST", "SLURM_LAUNCH_NODE_IPADDR", "SLURM_TOPOLOGY_ADDR", "MASTER_ADDR",
+             "HOSTNAME")
+# Mappings under these keys are environments: filtered by the allow-list.
+ENV_KEYS = frozenset({"environment", "env"})
+# System accounts are not personal data, and replacing "root" would garble prose.
+NOT_PERSONAL_USERS = frozenset({"root", "nobody", "user", "admin", "slurm", "munge", "ubuntu"})
+
+RULES: dict[str, str] = {
+    "env_not_allowed": "environment variables outside the allow-list "
+                       f"({', '.join(p.rstrip('_') + ('_*' if p.endswith('_') else '') for p in ENV_ALLOW_PREFIXES)}) "
+                       "left out",
+    "env_secret_value": "values of variables whose name contains "
+                        f"{', '.join(SECRET_NAME_WORDS)} masked",
+    "known_secret": "the value of a secret variable found elsewhere (logs, scripts, argv) masked",
+    "url_credentials": "user:password@ removed from URLs",
+    "bearer_token": "bearer / Authorization header tokens masked",
+    "hf_token": "Hugging Face tokens (hf_...) masked",
+    "github_token": "GitHub tokens (ghp_..., github_pat_...) masked",
+    "aws_access_key": "AWS access key ids (AKIA...) masked",
+    "api_token": "other API token shapes (sk-..., xox?-..., glpat-..., JWTs) masked",
+    "secret_assignment": "NAME=value / --name value where the name says secret: value masked",
+    "high_entropy": "long random-looking strings masked",
+    "gpu_uuid": "GPU UUIDs replaced by a short hash",
+    "home_dir": "home folders replaced by ~ or /home/<user>",
+    "user_name": "the user name replaced by <user>",
+    "hostname": "host names replaced by a hash (--hash-hosts)",
+}
+
+_SECRET_WORDS_RE = "|".join(SECRET_NAME_WORDS)
+_URL_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/?#\"'<>]+)@(?=[^\s@/\"'<>]+)")
+_BEARER = re.compile(r"(?i)(\bauthorization\b[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token)?\s*|\bbearer\s+)"
+                     r"([A-Za-z0-9._~+/=-]{6,})")
+_VENDOR = (
+    ("hf_token", re.compile(r"\bhf_[A-Za-z0-9]{10,}")),
+    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
+    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
+    ("api_token", re.compile(r"\b(?:sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,}"
+                             r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})")),
+)
+_ASSIGN = re.compile(
+    r"(?i)(?<![A-Za-z0-9_])([A-Za-z0-9_.]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
+    r"|_KEY|CREDENTIALS?|AUTH)[A-Za-z0-9_.]*)"
+    r"([\"']?\s*[=:]\s*[\"']?)([^\s\"',;}\]]+)")
+_FLAG = re.compile(r"(?i)(--?[a-z0-9-]*(?:token|secret|password|passwd|api-?key|credential|auth)[a-z0-9-]*)"
+                   r"(=|\s+)([^\s\"',;-][^\s\"',;]*)")
+_GPU_UUID = re.compile(r"\b(?:MIG-)?GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+_LONG = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{32,}(?![A-Za-z0-9+/=_-])")
+_OTHER_HOME = re.compile(r"/home/(?!<user>)([^/\s\"'<>:]+)")
+
+
+def short_hash(text: str, prefix: str = "") -> str:
+    """A stable 10-hex-digit digest, so equal inputs stay recognisably equal."""
+    return prefix + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:10]
+
+
+def env_allowed(name: str) -> bool:
+    return name.upper().startswith(ENV_ALLOW_PREFIXES)
+
+
+def secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in SECRET_NAME_WORDS)
+
+
+def entropy(text: str) -> float:
+    """Shannon entropy in bits per character."""
+    counts = Counter(text)
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def looks_random(token: str) -> bool:
+    """A long string that reads like a key rather than a word, path or identifier."""
+    pieces = [p for p in token.split("/") if p] if token.startswith("/") or "//" in token else [token]
+    for piece in pieces:
+        if len(piece) < 32 or not any(c.isdigit() for c in piece) or not any(c.isalpha() for c in piece):
+            continue
+        if re.fullmatch(r"[0-9a-fA-F-]+", piece):
+            if entropy(piece) >= 3.3:
+                return True
+        elif entropy(piece) >= 4.0 and any(c.isupper() for c in piece) and any(c.islower() for c in piece):
+            return True
+    return False
+
+
+def _keep_value(value: str) -> bool:
+    """Values that are references or already masked, not secrets."""
+    return (value.startswith(("$", "<", "[redacted"))
+            or value.lower() in ("", "none", "null", "true", "false", "bearer", "basic", "token"))
+
+
+@dataclass
+class Redactor:
+    """Applies the rules to text and documents, counting what each rule changed."""
+
+    enabled: bool = True
+    hash_hosts: bool = False
+    secrets: tuple[str, ...] = ()
+    homes: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    counts: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def for_environments(cls, envs: Iterable[Mapping[str, str]], *, enabled: bool = True,
+                         hash_hosts: bool = False, homes: Iterable[str] = (), users: Iterable[str] = (),
+                         hosts: Iterable[str] = ()) -> Redactor:
+        """Learn secrets, home folders, user names and host names from environments."""
+        secrets: set[str] = set()
+        home_set = {h for h in homes if h}
+        user_set = {u for u in users if u}
+        host_set = {h for h in hosts if h}
+        for env in envs:
+            for name, value in env.items():
+                if not isinstance(value, str):
+                    continue
+                if secret_name(name) and len(value) >= 8 and not value.isdigit() and not _keep_value(value):
+                    secrets.add(value)
+                if name == "HOME":
+                    home_set.add(value)
+                if name in ("USER", "LOGNAME", "SLURM_JOB_USER"):
+                    user_set.add(value)
+                if name in HOST_VARS:
+                    host_set.update(split_hosts(value))
+        return cls(
+            enabled=enabled, hash_hosts=hash_hosts,
+            secrets=tuple(sorted(secrets, key=len, reverse=True)),
+            homes=tuple(sorted((h.rstrip("/") for h in home_set if len(h.rstrip("/")) > 1), key=len, reverse=True)),
+            users=tuple(sorted((u for u in user_set if len(u) >= 3 and u not in NOT_PERSONAL_USERS),
+                               key=len, reverse=True)),
+            hosts=tuple(sorted(host_set, key=len, reverse=True)),
+        )
+
+    # -- text -------------------------------------------------------------------------------
+
+    def _sub(self, rule: str, pattern: re.Pattern[str], text: str,
+             repl: Callable[[re.Match[str]], str]) -> str:
+        def counted(m: re.Match[str]) -> str:
+            out = repl(m)
+            if out != m.group(0):
+                self.counts[rule] += 1
+            return out
+
+        return pattern.sub(counted, text)
+
+    def text(self, text: str) -> str:
+        """Redact one string (a value, an evidence line, a whole bundled file)."""
+        text = self._sub("gpu_uuid", _GPU_UUID, text, lambda m: short_hash(m.group(0), "GPU-"))
+        if not self.enabled:
+            return text
+        for secret in self.secrets:
+            if secret in text:
+                self.counts["known_secret"] += text.count(secret)
+                text = text.replace(secret, MASK)
+        text = self._sub("url_credentials", _URL_CRED, text, lambda m: f"{m.group(1)}{MASK}@")
+        text = self._sub("bearer_token", _BEARER, text,
+                         lambda m: m.group(0) if _keep_value(m.group(2)) else m.group(1) + MASK)
+        for rule, pattern in _VENDOR:
+            text = self._sub(rule, pattern, text, lambda m: MASK)
+        text = self._sub("secret_assignment", _ASSIGN, text,
+                         lambda m: m.group(0) if _keep_value(m.group(3)) else m.group(1) + m.group(2) + MASK)
+        text = self._sub("secret_assignment", _FLAG, text,
+                         lambda m: m.group(0) if _keep_value(m.group(3)) else m.group(1) + m.group(2) + MASK)
+        text = self._sub("high_entropy", _LONG, text,
+                         lambda m: MASK if looks_random(m.group(0)) else m.group(0))
+        text = self._names(text)
+        return text
+
+    def _names(self, text: str) -> str:
+        for home in self.homes:
+            pattern = re.compile(re.escape(home) + r"(?![A-Za-z0-9_.-])")
+            text = self._sub("home_dir", pattern, text, lambda m: "~")
+        text = self._sub("home_dir", _OTHER_HOME, text, lambda m: "/home/<user>")
+        for user in self.users:
+            pattern = re.compile(r"(?<![A-Za-z0-9])" + re.escape(user) + r"(?![A-Za-z0-9])")
+            text = self._sub("user_name", pattern, text, lambda m: "<user>")
+        if self.hash_hosts:
+            for host in self.hosts:
+                pattern = re.compile(r"(?<![A-Za-z0-9-])" + re.escape(host) + r"(?![A-Za-z0-9-])")
+                text = self._sub("hostname", pattern, text, lambda m: short_hash(m.group(0), "host-"))
+        return text
+
+    # -- documents --------------------------------------------------------------------------
+
+    def environment(self, env: Mapping[str, Any]) -> dict[str, Any]:
+        """An environment as the report shows it: allow-listed names, secret values masked."""
+        out: dict[str, Any] = {}
+        for name in sorted(env):
+            value = env[name]
+            if self.enabled and not env_allowed(name):
+                self.counts["env_not_allowed"] += 1
+                continue
+            if self.enabled and secret_name(name) and isinstance(value, str) and value:
+                self.counts["env_secret_value"] += 1
+                value = MASK
+            elif self.enabled and self.hash_hosts and name in HOST_VARS and isinstance(value, str) and value:
+                self.counts["hostname"] += 1
+                value = short_hash(value, "host-")
+            out[self.text(name)] = self.value(value)
+        return out
+
+    def value(self, obj: Any, key: str = "") -> Any:
+        """Redact every string inside a JSON-like value; `environment` maps are filtered."""
+        if isinstance(obj, str):
+            if self.enabled and key and _secret_field(key) and obj and not _keep_value(obj):
+                self.counts["env_secret_value"] += 1
+                return MASK
+            return self.text(obj)
+        if isinstance(obj, Mapping):
+            if key in ENV_KEYS and all(isinstance(v, (str, type(None))) for v in obj.values()):
+                return self.environment(obj)
+            if key in ENV_KEYS and obj and all(isinstance(v, Mapping) for v in obj.values()):
+                return {self.text(str(k)): self.environment(v) for k, v in obj.items()}
+            return {self.text(str(k)): self.value(v, str(k)) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self.value(v, key) for v in obj]
+        return obj
+
+    def document(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self.value(doc))
+
+    def summary(self) -> dict[str, Any]:
+        """What was redacted, for the report and for `--preview`."""
+        return {
+            "enabled": self.enabled,
+            "hash_hosts": self.hash_hosts,
+            "counts": {rule: self.counts[rule] for rule in RULES if self.counts[rule]},
+            "rules": dict(RULES) if self.enabled else {"gpu_uuid": RULES["gpu_uuid"]},
+        }
+
+    def leaked(self, text: str) -> list[str]:
+        """Known secret values still present in rendered output (a last safety net)."""
+        return [s for s in self.secrets if s in text] if self.enabled else []
+
+
+def _secret_field(key: str) -> bool:
+    """A field whose value is a secret: env-style names with a secret word, or explicit words."""
+    if key.upper() == key and any(c.isalpha() for c in key):
+        return secret_name(key)
+    return bool(re.search(r"(?i)token|secret|password|passwd|api_?key|credential", key))
+
+
+def split_hosts(value: str, limit: int = 256) -> list[str]:
+    """Host names in a Slurm-style list: 'n01,n02' and 'node[01-03,07]' (expanded, bounded)."""
+    hosts: list[str] = []
+    for part in re.split(r",(?![^\[]*\])", value):
+        part = part.strip()
+        if not part or re.fullmatch(r"[\d.:]+", part) or part in ("localhost", "127.0.0.1"):
+            continue
+        m = re.fullmatch(r"([^\[]+)\[([\d,-]+)\](.*)", part)
+        names = [m.group(1) + n + m.group(3) for n in _expand(m.group(2), limit)] if m else [part]
+        for name in names:
+            hosts.append(name)
+            if "." in name and not name.replace(".", "").isdigit():
+                hosts.append(name.split(".", 1)[0])
+    return [h for h in dict.fromkeys(hosts) if len(h) >= 2][:limit]
+
+
+def _expand(ranges: str, limit: int) -> list[str]:
+    out: list[str] = []
+    for item in ranges.split(","):
+        lo, _, hi = item.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            continue
+        width = len(lo)
+        for n in range(int(lo), int(hi or lo) + 1):
+            out.append(str(n).zfill(width))
+            if len(out) >= limit:
+                return out
+    return out

@@ -1,0 +1,173 @@
+"""The Markdown report: reads well in a terminal (`less`, `glow`) and in a ticket system.
+
+Tables hold one line per row (pipes escaped, newlines folded); long texts
+(evidence, excerpts, the Score-P config summary) go into fenced blocks whose
+fence is longer than any backtick run inside them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from doctor.report import view
+
+
+def cell(value: Any) -> str:
+    """One table cell: a single line, pipes escaped, empty shown as a dash."""
+    text = view.text(value)
+    text = re.sub(r"\s*[\r\n]+\s*", " ⏎ ", text).replace("\\", "\\\\").replace("|", "\\|")
+    return text or "-"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    out = ["| " + " | ".join(cell(h) for h in headers) + " |",
+           "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        out.append("| " + " | ".join(cell(c) for c in row) + " |")
+    return out + [""]
+
+
+def fenced(text: str, lang: str = "text") -> list[str]:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + lang, text.rstrip("\n"), fence, ""]
+
+
+def _kv(pairs: Iterable[tuple[str, Any]]) -> list[str]:
+    return table(("Field", "Value"), pairs)
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    lines: list[str] = [f"# {view.title(doc)}", ""]
+    lines += [f"Generated {doc['report']['generated']} by gpu-doctor {doc['tool']['version']}.", ""]
+    lines += [f"- **Verdict:** {view.verdict(doc)}",
+              f"- **Command:** `{doc['report']['command_line'].replace('`', '')}`",
+              f"- **Redaction:** {view.redaction_line(doc)}", ""]
+    for heading, body in sections(doc):
+        lines += [f"## {heading}", ""] + body
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def sections(doc: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    return [
+        ("Summary", _summary(doc)),
+        ("System", _kv(view.system_rows(doc))),
+        ("Versions", table(("Component", "Version", "Source"),
+                           ((v["name"], v["value"] or v["note"], v["source"]) for v in doc["versions"]))),
+        ("Score-P configuration", _scorep(doc)),
+        ("GPUs", _gpus(doc)),
+        ("Topology and P2P", _topology(doc)),
+        ("Slurm job", _slurm(doc)),
+        ("Environment", _environment(doc)),
+        ("Findings", _findings(doc)),
+        ("Remedies applied", _journal(doc)),
+        ("Last launch", _launch(doc)),
+        ("Log excerpts", _excerpts(doc)),
+        ("Redaction", table(("Rule", "Count", "What it does"), view.redaction_rows(doc))),
+    ]
+
+
+def _summary(doc: Mapping[str, Any]) -> list[str]:
+    counts = ", ".join(f"{n} {s}" for s, n in doc["counts"].items() if n) or "no checks ran"
+    rows = [(c["id"], view.status_label(c["status"]), c["layer"], c["message"]) for c in view.notable(doc)]
+    body = [f"Checks: {counts}.", ""]
+    return body + (table(("Check", "Status", "Layer", "Message"), rows) if rows else ["No check found a problem.", ""])
+
+
+def _scorep(doc: Mapping[str, Any]) -> list[str]:
+    sp = doc["scorep"]
+    if not sp["available"]:
+        return [sp["note"], ""]
+    body = [f"`scorep-config`: {sp['scorep_config'] or 'N/A'}", ""]
+    return body + (fenced(sp["config_summary"]) if sp["config_summary"] else ["No config summary reported.", ""])
+
+
+def _gpus(doc: Mapping[str, Any]) -> list[str]:
+    if not doc["gpus"]:
+        return [doc["gpus_note"] or "N/A", ""]
+    return table(("Index", "Name", "Memory", "PCI bus id", "UUID (hashed)"),
+                 ((g["index"], g["name"], g["memory"], g["pci_bus_id"], g["uuid"]) for g in doc["gpus"]))
+
+
+def _topology(doc: Mapping[str, Any]) -> list[str]:
+    topo = doc["topology"]
+    if not topo["available"]:
+        return [topo["note"], ""]
+    if not topo["rows"]:
+        return ["P2P data in an unrecognised shape:", ""] + fenced(topo.get("raw") or "", "json")
+    out = ["Peer access, rows = source GPU, columns = destination:", ""]
+    out += table(["from/to", *topo["labels"]], ([label, *row] for label, row in zip(topo["labels"], topo["rows"], strict=True)))
+    if topo.get("legend"):
+        out += [f"*{topo['legend']}*", ""]
+    if topo.get("integrity"):
+        out += ["P2P data-integrity test:", ""] + fenced(topo["integrity"])
+    return out
+
+
+def _slurm(doc: Mapping[str, Any]) -> list[str]:
+    sl = doc["slurm"]
+    if not sl["in_job"] and not sl["environment"]:
+        return ["Not inside a Slurm job (no SLURM_* variables).", ""]
+    return table(("Variable", "Value"), sl["environment"].items())
+
+
+def _environment(doc: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for scope, title in (("process", "gpu-doctor's environment"), ("job", "set by the job's scripts")):
+        env = doc["environment"].get(scope) or {}
+        rows = [(k, v) for k, v in env.items() if not k.startswith(("SLURM_", "SLURMD_"))]
+        out += [f"**{title}** ({len(rows)} shown; Slurm variables are under *Slurm job*)", ""]
+        out += table(("Variable", "Value"), rows) if rows else ["None.", ""]
+    return out
+
+
+def _findings(doc: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    notable = view.notable(doc)
+    for c in notable:
+        out += [f"### {c['id']} {view.status_label(c['status'])}: {cell(c['title'])}", ""]
+        blocks = view.finding_blocks(c)
+        for status, message, evidence in blocks:
+            out += [f"- **{view.status_label(status)}** {cell(message)}" if len(blocks) > 1 else cell(message), ""]
+            if evidence:
+                out += fenced("\n".join(evidence))
+        if c["remedies"]:
+            out += table(("Remedy", "Safety", "Applied", "Verified", "Title"), view.remedy_rows(c))
+    quiet = [c["id"] for c in doc["checks"] if c not in notable]
+    if quiet:
+        out += [f"Passed or skipped without remark: {', '.join(quiet)}.", ""]
+    return out or ["No checks ran.", ""]
+
+
+def _journal(doc: Mapping[str, Any]) -> list[str]:
+    j = doc["remedy_journal"]
+    if not j["entries"]:
+        return [j["note"] or "No remedy was applied.", ""]
+    return table(("Time", "Remedy", "Check", "Action", "Verified", "Files"),
+                 ((e["time"], e["remedy"], e["check"], "undone" if e["undone"] else e["action"],
+                   view.yes_no(e["verified"]), ", ".join(e["files"])) for e in j["entries"]))
+
+
+def _launch(doc: Mapping[str, Any]) -> list[str]:
+    ll = doc["last_launch"]
+    if not ll["ranks"]:
+        return [ll["note"] or "N/A", ""]
+    body = [f"{view.launch_line(ll)}", ""]
+    body += table(("Rank", "Host", "State", "Exit", "Duration (s)", "Experiment", "Log"), view.rank_rows(ll))
+    failing = view.failing_rank(ll)
+    if failing is not None and failing.get("last_lines"):
+        body += [f"Last lines of rank {failing['rank']}, the first to fail:", ""]
+        body += fenced("\n".join(failing["last_lines"][-view.TAIL_LINES:]))
+    return body
+
+
+def _excerpts(doc: Mapping[str, Any]) -> list[str]:
+    if not doc["log_excerpts"]:
+        return [doc.get("log_excerpts_note") or "No known signature matched in the logs.", ""]
+    out: list[str] = []
+    for ex in doc["log_excerpts"]:
+        out += [f"### {cell(ex['signature'])} at {cell(ex['file'])}:{ex['line']}", ""]
+        out += fenced(view.excerpt_text(ex))
+    return out

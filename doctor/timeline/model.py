@@ -1,0 +1,240 @@
+"""The timeline's values: what the TUI, the report and `gpu-doctor timeline --json` show.
+
+Times inside a `Breakdown` are integer ticks of the trace's timer (`resolution` ticks per
+second), so the interval arithmetic is exact; `to_json()` gives seconds.
+
+JSON document (`TimelineReport.to_json()`, `schema` = "gpu-doctor.timeline/1"):
+- `step_regex`, `window` ("region": a step is its region's span; "iteration": from one step's
+  start to the next one's), `notes` (strings), `runs`, `scaling`.
+- `runs[]`: `label`, `path`, `ranks` (count), `source` ("trace", "profile" or "none"),
+  `notes`, `rank_timelines[]`, `profiles[]`.
+- `rank_timelines[]`: `rank` (int or null), `label`, `experiment` (folder), `devices`,
+  `gpu_locations`, `resolution` (ticks/s), `events` (records in the locations read), `notes`,
+  `whole_run` (a breakdown over the trace's whole clock window), and `steps`:
+  `{region, count, median_wall_s, mean_wall_s, min_wall_s, max_wall_s, total, mean, list}`
+  where `total` and `mean` are breakdowns and `list` holds the first steps kept (each a
+  breakdown plus `index` and `start_s`, seconds since the trace's start).
+- breakdown: `wall_s`, `busy_s` (union of all GPU activity on the rank's streams), `idle_s`
+  (wall - busy), `compute_s` (union of compute kernels), `comm_s` (union of NCCL kernels),
+  `hidden_comm_s` (|comm ∩ compute|), `exposed_comm_s` (|comm \\ compute|), `other_s` (union
+  of copies/memsets), `exposed_comm_share` (exposed / wall), `summed` (`compute_s`, `comm_s`,
+  `other_s`: plain sums of kernel durations, what a profile shows), `kernels` (`compute`,
+  `comm`: kernels started in the window).
+- `profiles[]` (Cube profiles where no trace exists): `experiment`, `kind` = "sums, no overlap
+  information", `wall_s`, `compute_sum_s`, `comm_sum_s`, `other_sum_s`, `compute_visits`,
+  `comm_visits`, `step_count`, `step_time_s`, `notes`.
+- `scaling[]`: `run`, `ranks`, `basis` ("median step" or "run wall"), `time_s`,
+  `throughput` (ranks / time, relative units: samples/s for a fixed per-rank batch),
+  `speedup`, `efficiency` (speedup / (ranks / smallest ranks)), `exposed_comm_share`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "gpu-doctor.timeline/1"
+PROFILE_KIND = "sums, no overlap information"
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Where one window's wall time went on one rank's GPU(s), in ticks."""
+
+    resolution: int
+    wall: int = 0
+    busy: int = 0
+    compute: int = 0
+    comm: int = 0
+    hidden: int = 0
+    other: int = 0
+    compute_sum: int = 0
+    comm_sum: int = 0
+    other_sum: int = 0
+    compute_kernels: int = 0
+    comm_kernels: int = 0
+
+    @property
+    def exposed(self) -> int:
+        """Communication with no compute kernel running beside it: |comm \\ compute|."""
+        return self.comm - self.hidden
+
+    @property
+    def idle(self) -> int:
+        return self.wall - self.busy
+
+    def seconds(self, ticks: int) -> float:
+        return ticks / self.resolution
+
+    def __add__(self, other: Breakdown) -> Breakdown:
+        if other.resolution != self.resolution:
+            raise ValueError("cannot add breakdowns with different timer resolutions")
+        return Breakdown(self.resolution, *(getattr(self, f.name) + getattr(other, f.name)
+                                            for f in fields(self)[1:]))
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.seconds
+        return {
+            "wall_s": s(self.wall), "busy_s": s(self.busy), "idle_s": s(self.idle),
+            "compute_s": s(self.compute), "comm_s": s(self.comm),
+            "hidden_comm_s": s(self.hidden), "exposed_comm_s": s(self.exposed),
+            "other_s": s(self.other),
+            "exposed_comm_share": self.exposed / self.wall if self.wall else None,
+            "summed": {"compute_s": s(self.compute_sum), "comm_s": s(self.comm_sum),
+                       "other_s": s(self.other_sum)},
+            "kernels": {"compute": self.compute_kernels, "comm": self.comm_kernels},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One training step: its start (ticks since the trace's start) and its breakdown."""
+
+    index: int
+    start: int
+    breakdown: Breakdown
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "start_s": self.breakdown.seconds(self.start),
+                **self.breakdown.to_json()}
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """All steps of one rank: the total, the wall-time spread, and the first `len(kept)` steps."""
+
+    region: str
+    count: int
+    total: Breakdown
+    median_wall: float
+    min_wall: float
+    max_wall: float
+    kept: tuple[Step, ...]
+
+    @property
+    def mean(self) -> Breakdown:
+        """The per-step mean (integer ticks, rounded down)."""
+        t = self.total
+        n = max(self.count, 1)
+        return Breakdown(t.resolution, *(getattr(t, f.name) // n for f in fields(t)[1:]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"region": self.region, "count": self.count, "median_wall_s": self.median_wall,
+                "mean_wall_s": self.total.seconds(self.total.wall) / max(self.count, 1),
+                "min_wall_s": self.min_wall, "max_wall_s": self.max_wall,
+                "total": self.total.to_json(), "mean": self.mean.to_json(),
+                "list": [step.to_json() for step in self.kept]}
+
+
+@dataclass(frozen=True)
+class RankTimeline:
+    """One rank's timeline, from its OTF2 trace."""
+
+    label: str
+    rank: int | None
+    experiment: Path
+    devices: tuple[int | str, ...]
+    gpu_locations: tuple[str, ...]
+    resolution: int
+    events: int
+    whole_run: Breakdown
+    steps: StepSummary | None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "label": self.label, "experiment": str(self.experiment),
+                "devices": list(self.devices), "gpu_locations": list(self.gpu_locations),
+                "resolution": self.resolution, "events": self.events,
+                "whole_run": self.whole_run.to_json(),
+                "steps": self.steps.to_json() if self.steps else None, "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class ProfileSums:
+    """The same categories from a Cube profile: sums, no overlap information."""
+
+    experiment: Path
+    label: str
+    rank: int | None
+    wall: float
+    compute_sum: float
+    comm_sum: float
+    other_sum: float
+    compute_visits: int
+    comm_visits: int
+    step_count: int
+    step_time: float
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"experiment": str(self.experiment), "label": self.label, "rank": self.rank,
+                "kind": PROFILE_KIND, "wall_s": self.wall, "compute_sum_s": self.compute_sum,
+                "comm_sum_s": self.comm_sum, "other_sum_s": self.other_sum,
+                "compute_visits": self.compute_visits, "comm_visits": self.comm_visits,
+                "step_count": self.step_count, "step_time_s": self.step_time, "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class RunTimeline:
+    """One run of the job: the experiment folders of its ranks."""
+
+    label: str
+    path: Path
+    ranks: tuple[RankTimeline, ...]
+    profiles: tuple[ProfileSums, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def rank_count(self) -> int:
+        return len(self.ranks) + len(self.profiles)
+
+    @property
+    def source(self) -> str:
+        return "trace" if self.ranks else "profile" if self.profiles else "none"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "path": str(self.path), "ranks": self.rank_count,
+                "source": self.source, "notes": list(self.notes),
+                "rank_timelines": [r.to_json() for r in self.ranks],
+                "profiles": [p.to_json() for p in self.profiles]}
+
+
+@dataclass(frozen=True)
+class ScalingRow:
+    """One run in the scaling table, against the run with the fewest ranks."""
+
+    run: str
+    ranks: int
+    basis: str
+    time: float
+    throughput: float
+    speedup: float
+    efficiency: float
+    exposed_comm_share: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run, "ranks": self.ranks, "basis": self.basis, "time_s": self.time,
+                "throughput": self.throughput, "speedup": self.speedup, "efficiency": self.efficiency,
+                "exposed_comm_share": self.exposed_comm_share}
+
+
+@dataclass(frozen=True)
+class TimelineReport:
+    """Everything `gpu-doctor timeline` found under its PATHs."""
+
+    step_regex: str
+    window: str
+    runs: tuple[RunTimeline, ...]
+    scaling: tuple[ScalingRow, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def analysed(self) -> bool:
+        """True when at least one rank's trace or profile was read."""
+        return any(run.ranks or run.profiles for run in self.runs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "step_regex": self.step_regex, "window": self.window,
+                "notes": list(self.notes), "runs": [run.to_json() for run in self.runs],
+                "scaling": [row.to_json() for row in self.scaling]}

@@ -1,0 +1,236 @@
+"""Stream one experiment's OTF2 trace into per-rank timelines.
+
+Definitions are read whole (they are small); events are streamed through the OTF2 global event
+reader, which merges every selected location's events in time order, into one `RankSweep` per
+rank. Only Enter and Leave records are delivered to Python, and only for the locations that
+matter: the GPU locations, plus the CPU threads when a step region exists. Memory stays
+bounded whatever the trace's size.
+
+Command line equivalent (roughly): `otf2-print traces.otf2 | grep -E 'ENTER|LEAVE'`, then
+adding up by hand what Vampir's Master Timeline shows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from doctor.timeline.classify import Kind, gpu_device, region_kind, role_name
+from doctor.timeline.model import RankTimeline
+from doctor.timeline.sweep import RankSweep
+
+BATCH = 100_000
+_RANK_IN_FOLDER = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_RANK_IN_GROUP = re.compile(r"(?:rank|process)\s*(\d+)", re.IGNORECASE)
+
+
+class TraceError(Exception):
+    """The trace cannot be read: the message names the problem, one line."""
+
+
+@dataclass
+class _Rank:
+    group: Any
+    sweep: RankSweep
+    gpu_locations: list[str] = field(default_factory=list)
+    devices: list[int | str] = field(default_factory=list)
+    events: int = 0
+
+
+def read_trace(experiment: Path, step_regex: re.Pattern[str], window: str = "region",
+               keep_steps: int = 10_000) -> list[RankTimeline]:
+    """One `RankTimeline` per process (rank) in `experiment/traces.otf2`; raises TraceError."""
+    import _otf2
+    import otf2
+
+    anchor = experiment / "traces.otf2"
+    try:
+        reader = otf2.reader.Reader(str(anchor))
+    except Exception as exc:  # the otf2 package raises its own and ctypes errors alike
+        raise TraceError(f"{anchor}: cannot read the trace definitions ({_reason(exc)})") from None
+    try:
+        return _read(reader, experiment, step_regex, window, keep_steps, _otf2)
+    except TraceError:
+        raise
+    except Exception as exc:
+        raise TraceError(f"{anchor}: cannot read the events ({_reason(exc)})") from None
+    finally:
+        reader.close()
+
+
+def _read(reader: Any, experiment: Path, step_regex: re.Pattern[str], window: str,
+          keep_steps: int, _otf2: Any) -> list[RankTimeline]:
+    import otf2
+
+    defs = reader.definitions
+    clock = defs.clock_properties
+    resolution = int(clock.timer_resolution) or 1
+    start, end = int(clock.global_offset), int(clock.global_offset) + int(clock.trace_length)
+    kinds = {region._ref: int(region_kind(region.name, role_name(region.region_role))) for region in defs.regions}
+    step_regions = {region._ref: region.name for region in defs.regions if step_regex.search(region.name)}
+
+    ranks: dict[int, _Rank] = {}
+    gpu_rank: dict[int, RankSweep] = {}
+    cpu_rank: dict[int, RankSweep] = {}
+    selected = []
+    processes = [g for g in defs.location_groups
+                 if g.location_group_type == otf2.LocationGroupType.PROCESS]
+    for location in defs.locations:
+        is_gpu = _is_gpu(location, otf2)
+        is_cpu = location.type == otf2.LocationType.CPU_THREAD
+        if not (is_gpu or is_cpu):
+            continue
+        group = _process_of(location.group, processes, otf2)
+        key = group._ref if group is not None else -1
+        rank = ranks.get(key)
+        if rank is None:
+            rank = ranks[key] = _Rank(group, RankSweep(start, resolution, window, keep_steps))
+        if is_gpu:
+            rank.gpu_locations.append(location.name)
+            device = gpu_device(location.name)
+            device_id: int | str = device if device is not None else location.group.name
+            if device_id not in rank.devices:
+                rank.devices.append(device_id)
+            gpu_rank[location._ref] = rank.sweep
+            if location.number_of_events:
+                selected.append(location)
+                rank.events += int(location.number_of_events)
+        elif step_regions and location.number_of_events:
+            cpu_rank[location._ref] = rank.sweep
+            selected.append(location)
+            rank.events += int(location.number_of_events)
+
+    if selected:
+        _stream(reader, selected, gpu_rank, cpu_rank, kinds, step_regions, _otf2)
+    region_name = ", ".join(sorted(set(step_regions.values()))) or ""
+    timelines = []
+    for index, rank in enumerate(sorted(ranks.values(), key=lambda r: _sort_key(r.group))):
+        notes = rank.sweep.finish(end)
+        if not rank.gpu_locations:
+            notes.insert(0, "no GPU locations in this rank: CUDA was not recorded (python -m scorep "
+                            "needs --cuda; see SCP002/ART002)")
+        if not step_regions:
+            notes.append(f"no step region matches /{step_regex.pattern}/; only whole-run figures")
+        number, label = _rank_identity(experiment, rank.group, index, len(ranks))
+        timelines.append(RankTimeline(
+            label=label, rank=number, experiment=experiment, devices=tuple(rank.devices),
+            gpu_locations=tuple(rank.gpu_locations), resolution=resolution, events=rank.events,
+            whole_run=rank.sweep.whole_run(), steps=rank.sweep.steps(region_name),
+            notes=tuple(notes)))
+    return timelines
+
+
+def _stream(reader: Any, locations: list[Any], gpu_rank: dict[int, RankSweep],
+            cpu_rank: dict[int, RankSweep], kinds: dict[int, int], step_regions: dict[int, str],
+            _otf2: Any) -> None:
+    """Run the selected locations' Enter/Leave records through the sweeps."""
+    handle = reader.handle
+    default = int(Kind.COMPUTE)
+
+    def on_enter(location: int, time: int, _data: Any, _attributes: Any, region: int) -> None:
+        sweep = gpu_rank.get(location)
+        if sweep is not None:
+            kind = kinds.get(region, default)
+            if kind:
+                sweep.kernel_enter(time, kind)
+        elif region in step_regions:
+            cpu_rank[location].step_enter(time)
+
+    def on_leave(location: int, time: int, _data: Any, _attributes: Any, region: int) -> None:
+        sweep = gpu_rank.get(location)
+        if sweep is not None:
+            kind = kinds.get(region, default)
+            if kind:
+                sweep.kernel_leave(time, kind)
+        elif region in step_regions:
+            cpu_rank[location].step_leave(time)
+
+    global_reader = _open_events(handle, locations, _otf2)
+    try:
+        callbacks = _otf2.GlobalEvtReaderCallbacks_New()
+        # Each callback must be its own function object: the binding keeps the C thunk alive
+        # as an attribute of the Python function it wraps.
+        _otf2.GlobalEvtReaderCallbacks_SetEnterCallback(callbacks, on_enter)
+        _otf2.GlobalEvtReaderCallbacks_SetLeaveCallback(callbacks, on_leave)
+        _otf2.GlobalEvtReader_SetCallbacks(global_reader, callbacks, None)
+        _otf2.GlobalEvtReaderCallbacks_Delete(callbacks)
+        while _otf2.GlobalEvtReader_ReadEvents(global_reader, BATCH) == BATCH:
+            pass
+    finally:
+        _otf2.Reader_CloseGlobalEvtReader(handle, global_reader)
+        _otf2.Reader_CloseEvtFiles(handle)
+
+
+def _open_events(handle: Any, locations: list[Any], _otf2: Any) -> Any:
+    """Select `locations` and open the global event reader over them (OTF2's reader example)."""
+    for location in locations:
+        _otf2.Reader_SelectLocation(handle, location._ref)
+    def_files = _try(lambda: _otf2.Reader_OpenDefFiles(handle))
+    _try(lambda: _otf2.Reader_OpenEvtFiles(handle))
+    for location in locations:
+        if def_files:
+            def_reader = _otf2.Reader_GetDefReader(handle, location._ref)
+            if def_reader:
+                _otf2.Reader_ReadAllLocalDefinitions(handle, def_reader)
+                _otf2.Reader_CloseDefReader(handle, def_reader)
+        _otf2.Reader_GetEvtReader(handle, location._ref)
+    if def_files:
+        _otf2.Reader_CloseDefFiles(handle)
+    return _otf2.Reader_GetGlobalEvtReader(handle)
+
+
+def _try(call: Callable[[], object]) -> bool:
+    """Optional files (local definitions) may be missing; OTF2 reports that as an error."""
+    import _otf2
+
+    try:
+        call()
+    except _otf2.Error:
+        return False
+    return True
+
+
+def _is_gpu(location: Any, otf2: Any) -> bool:
+    """Type GPU, or (metric locations aside) in an accelerator group or named `CUDA[dev:stream]`."""
+    if location.type == otf2.LocationType.GPU:
+        return True
+    return location.type != otf2.LocationType.METRIC and (
+        location.group.location_group_type == otf2.LocationGroupType.ACCELERATOR
+        or gpu_device(location.name) is not None)
+
+
+def _process_of(group: Any, processes: list[Any], otf2: Any) -> Any:
+    """The process (rank) a location group belongs to: itself, or the one that created it."""
+    seen = 0
+    while group is not None and group.location_group_type != otf2.LocationGroupType.PROCESS and seen < 8:
+        creator = group.creating_location_group
+        if creator is None:
+            break
+        group, seen = creator, seen + 1
+    if group is not None and group.location_group_type == otf2.LocationGroupType.PROCESS:
+        return group
+    return processes[0] if len(processes) == 1 else group
+
+
+def _sort_key(group: Any) -> int:
+    return group._ref if group is not None else -1
+
+
+def _rank_identity(experiment: Path, group: Any, index: int, count: int) -> tuple[int | None, str]:
+    """Rank number and label: from `scorep_rank_N` for per-rank folders, else the process's name."""
+    folder = _RANK_IN_FOLDER.search(experiment.name)
+    if count == 1:
+        number = int(folder[1]) if folder else None
+        return number, experiment.name
+    name = group.name if group is not None else "?"
+    match = _RANK_IN_GROUP.search(name)
+    number = int(match[1]) if match else index
+    return number, f"{experiment.name}/{name}" if name else f"{experiment.name}/{index}"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

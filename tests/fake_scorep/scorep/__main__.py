@@ -1,0 +1,55 @@
+"""Test-only stand-in for `python -m scorep`.
+
+Like the real wrapper it takes the flags before the script and refuses `--`
+(the real one forwards it to scorep-config: "Unknown option: '--'"). It
+records what it was given to $FAKE_SCOREP_RECORD_DIR/wrapper_<pid>.json,
+creates the experiment folder (failing like Score-P if it already exists:
+two ranks sharing a folder collide), runs the script in this process, and
+leaves a placeholder profile.cubex when the script ends.
+"""
+
+import json
+import os
+import runpy
+import sys
+from pathlib import Path
+
+RECORDED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "PYTHONUNBUFFERED", "LD_PRELOAD")
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    flags = []
+    while args and args[0].startswith("-"):
+        flags.append(args.pop(0))
+    if "--" in flags:
+        print("[Score-P] scorep-config: Unknown option: '--'", file=sys.stderr)
+        sys.exit(1)
+    if not args:
+        print("fake scorep: no script", file=sys.stderr)
+        sys.exit(2)
+    script, script_args = args[0], args[1:]
+    exp = Path(os.environ.get("SCOREP_EXPERIMENT_DIRECTORY", "scorep-measurement-tmp"))
+    record = {"argv": sys.argv[1:], "flags": flags, "script": script, "script_args": script_args,
+              "pid": os.getpid(), "cwd": os.getcwd(), "executable": sys.executable,
+              "env": {k: v for k, v in os.environ.items() if k in RECORDED or k.startswith("SCOREP_")}}
+    record_dir = os.environ.get("FAKE_SCOREP_RECORD_DIR")
+    if record_dir:
+        Path(record_dir, f"wrapper_{os.getpid()}.json").write_text(json.dumps(record))
+    try:
+        exp.mkdir(parents=True)
+    except FileExistsError:
+        print(f"[Score-P] Error: Experiment directory {exp}: File does already exist", file=sys.stderr)
+        sys.exit(1)
+    (exp / "scorep.cfg").write_text("".join(f'SCOREP_{k}="{v}"\n' for k, v in [("ENABLE_PROFILING", "true")]))
+    (exp / "MANIFEST.md").write_text(f"# fake Score-P experiment of pid {os.getpid()}\n")
+    print(f"fake scorep: measuring {script} into {exp}", flush=True)
+    sys.argv = [script, *script_args]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        (exp / "profile.cubex").write_bytes(b"")
+
+
+main()

@@ -1,0 +1,210 @@
+"""A throwaway single-node Slurm cluster on 127.0.0.1 for integration tests.
+
+Starts munged, slurmctld and slurmd in the background with state in a temp
+folder (no systemd, no cgroups) and stops only the daemons it started.
+Slurm 22.05 from Debian's packages; `.ci/run` installs them.
+
+    with LocalSlurm(tmp, prolog=script) as slurm:
+        job = slurm.sbatch(script_text)
+        slurm.wait_job(job)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+
+
+def slurm_missing() -> str | None:
+    """Why a cluster cannot start here, or None."""
+    if os.geteuid() != 0:
+        return "needs root to run slurmd and munged"
+    for tool in ("slurmctld", "slurmd", "munged", "sbatch", "srun", "scontrol"):
+        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
+            return f"Slurm is not installed ({tool} missing; .ci/run installs it)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalSlurm:
+    """One node (this host) named `host`, partition `debug`, optional Prolog and fake GPUs."""
+
+    def __init__(self, root: Path, prolog: Path | None = None, gpus: int = 0,
+                 prolog_timeout: int = 60, cpus: int | None = None) -> None:
+        self.root = root
+        self.prolog = prolog
+        self.gpus = gpus
+        self.prolog_timeout = prolog_timeout
+        self.cpus = cpus or max(2, os.cpu_count() or 2)
+        self.host = socket.gethostname().split(".")[0]
+        self.conf = root / "slurm.conf"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    # -- lifecycle -------------------------------------------------------
+    def write_conf(self) -> None:
+        for d in ("state", "spool", "log", "munge", "dev"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        gres_line = ""
+        node_gres = ""
+        if self.gpus:
+            for i in range(self.gpus):
+                dev = self.root / "dev" / f"nvidia{i}"
+                if not dev.exists():
+                    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(195, i))
+            (self.root / "gres.conf").write_text(
+                f"NodeName={self.host} Name=gpu File={self.root}/dev/nvidia[0-{self.gpus - 1}]\n")
+            gres_line = "GresTypes=gpu\n"
+            node_gres = f" Gres=gpu:{self.gpus}"
+        prolog = ""
+        if self.prolog:
+            prolog = (f"Prolog={self.prolog}\nPrologFlags=Alloc\n"
+                      f"PrologEpilogTimeout={self.prolog_timeout}\n")
+        r = self.root
+        self.conf.write_text(f"""ClusterName=gdtest
+SlurmctldHost={self.host}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={r}/munge/munge.socket.2,cred_expire=10
+CredType=cred/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool
+SlurmctldPidFile={r}/slurmctld.pid
+SlurmdPidFile={r}/slurmd.pid
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmdLogFile={r}/log/slurmd.log
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+InactiveLimit=0
+KillWait=5
+MinJobAge=300
+{gres_line}{prolog}NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN{node_gres}
+PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
+""")
+
+    def start(self, timeout: float = 30.0) -> "LocalSlurm":
+        self.write_conf()
+        munge_dir = self.root / "munge"
+        key = munge_dir / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+        os.chmod(munge_dir, 0o700)
+        os.chmod(key, 0o400)
+        sock = munge_dir / "munge.socket.2"
+        self._spawn(["/usr/sbin/munged", "--foreground", "--force", f"--key-file={key}",
+                     f"--socket={sock}", f"--pid-file={munge_dir}/munged.pid",
+                     f"--log-file={munge_dir}/munged.log", f"--seed-file={munge_dir}/seed"])
+        self._wait(lambda: sock.exists(), timeout, "munged did not start")
+        self._spawn(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
+        self._wait(lambda: self._scontrol_ok(), timeout, "slurmctld did not answer")
+        self._spawn(["/usr/sbin/slurmd", "-D", "-f", str(self.conf), "-N", self.host])
+        self._wait(lambda: self.node_state() in ("idle", "mixed", "allocated"), timeout,
+                   "slurmd did not register")
+        return self
+
+    def stop(self) -> None:
+        """Stop the daemons this harness started (and their jobs), nothing else."""
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> "LocalSlurm":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _spawn(self, argv: list[str]) -> None:
+        log = open(self.root / "log" / f"{Path(argv[0]).name}.stdout", "ab")
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                           env=self.env, start_new_session=True))
+
+    def _wait(self, ready: object, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if callable(ready) and ready():
+                return
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{what}: {proc.args[0]} exited {proc.returncode}; "
+                                       f"logs in {self.root / 'log'}")
+            time.sleep(0.2)
+        raise RuntimeError(f"{what} within {timeout} s; logs in {self.root / 'log'}")
+
+    # -- client commands -------------------------------------------------
+    def run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True,
+                              check=check, timeout=timeout)
+
+    def _scontrol_ok(self) -> bool:
+        return self.run("scontrol", "ping", check=False, timeout=10).returncode == 0
+
+    def node_info(self) -> dict[str, str]:
+        out = self.run("scontrol", "show", "node", self.host, check=False, timeout=10).stdout
+        return dict(re.findall(r"(\w+)=(\S+)", out)) | {"_raw": out}
+
+    def node_state(self) -> str:
+        return self.node_info().get("State", "").lower().split("+")[0]
+
+    def resume(self) -> None:
+        self.run("scontrol", "update", f"nodename={self.host}", "state=resume", check=False)
+
+    def sbatch(self, script: Path, *args: str) -> str:
+        out = self.run("sbatch", "--parsable", *args, str(script)).stdout.strip()
+        return out.split(";")[0]
+
+    def job_state(self, job: str) -> str:
+        out = self.run("scontrol", "show", "job", job, check=False, timeout=10).stdout
+        m = re.search(r"JobState=(\S+)", out)
+        return m.group(1) if m else "UNKNOWN"
+
+    def job_info(self, job: str) -> str:
+        return self.run("scontrol", "show", "job", job, check=False, timeout=10).stdout
+
+    def wait_job(self, job: str, states: tuple[str, ...] = ("COMPLETED", "FAILED", "CANCELLED",
+                                                          "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"),
+                 timeout: float = 120.0) -> str:
+        deadline = time.monotonic() + timeout
+        state = "UNKNOWN"
+        while time.monotonic() < deadline:
+            state = self.job_state(job)
+            if state in states:
+                return state
+            time.sleep(0.3)
+        raise TimeoutError(f"job {job} still {state} after {timeout} s")
+
+    def wait_until(self, pred: object, timeout: float = 60.0, what: str = "condition") -> None:
+        self._wait(pred, timeout, what)

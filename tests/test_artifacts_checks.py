@@ -1,0 +1,117 @@
+"""ART004 over real log files, and `gpu-doctor --check-only --playbook post-run` end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tracegen as tg  # noqa: E402
+
+from doctor.artifacts.signatures import suggest_buffer  # noqa: E402
+from doctor.case import Case  # noqa: E402
+from doctor.model import Status  # noqa: E402
+from doctor.runner import run_checks  # noqa: E402
+
+DROPPED = ("[rank7]: [Score-P] Warning: [CUPTI Activity] Dropped 85222 records. Current buffer size: "
+           "1048576 bytes\nTo avoid dropping of records increase the buffer size!\n"
+           "Proposed minimum SCOREP_CUDA_BUFFER=8889000\n")
+
+
+def art004(root: Path, logs: tuple[Path, ...] = ()) -> object:
+    run = run_checks(Case(root=root, env={}, logs=logs), ["ART004"], budget_s=60)
+    return run.results[0]
+
+
+def test_dropped_records_give_the_buffer_size_to_set(tmp_path: Path) -> None:
+    (tmp_path / "slurm-77.out").write_text("epoch 1\n" + DROPPED)
+    res = art004(tmp_path)
+    assert res.status == Status.FAIL
+    [finding] = res.findings
+    assert finding.data["proposed_buffer"] == 8889000
+    assert finding.data["current_buffer"] == 1048576 and finding.data["dropped"] == 85222
+    assert finding.data["SCOREP_CUDA_BUFFER"] == "32M"
+    assert finding.remedies  # SCP004's remedy, or the fallback
+    ev = finding.evidence[0]
+    assert ev.file == str(tmp_path / "slurm-77.out") and ev.line == 2 and ev.label == "rank 7"
+    assert "rank(s) 7" in finding.message and "8889000" in finding.message
+
+
+def test_each_signature_group_is_one_finding_with_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "rank_0.err").write_text("ok\n[Score-P] Warning: Too many memory requested. Reducing\n")
+    (tmp_path / "rank_1.err").write_text("x\ny\nterminate called\n  what(): (dummyHasPrimaryContext)\n"
+                                         "c10d::ProcessGroupNCCL::ncclCommWatchdog()\n")
+    res = art004(tmp_path)
+    by_sig = {f.data["signature"]: f for f in res.findings}
+    assert set(by_sig) == {"memory_clamp", "nccl_watchdog_teardown"}
+    assert by_sig["memory_clamp"].status == Status.WARN
+    assert by_sig["nccl_watchdog_teardown"].status == Status.FAIL
+    assert by_sig["nccl_watchdog_teardown"].data["count"] == 2
+    assert [(e.line, e.label) for e in by_sig["nccl_watchdog_teardown"].evidence] == [(4, "rank 1"), (5, "rank 1")]
+    assert res.status == Status.FAIL
+
+
+def test_clean_logs_pass_and_no_logs_skip(tmp_path: Path) -> None:
+    assert art004(tmp_path).status == Status.SKIP
+    (tmp_path / "train.log").write_text("step 1 loss 0.3\n")
+    res = art004(tmp_path)
+    assert res.status == Status.PASS and "1 log file" in res.message
+
+
+def test_log_option_overrides_discovery(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text("Error 802\n")
+    other = tmp_path / "elsewhere.txt"
+    other.write_text("fine\n")
+    assert art004(tmp_path, (other,)).status == Status.PASS
+
+
+def test_an_unreadable_log_is_unknown_not_pass(tmp_path: Path) -> None:
+    res = art004(tmp_path, (tmp_path / "missing.log",))
+    assert res.status == Status.UNKNOWN and "missing.log" in str(res.evidence[0])
+
+
+@pytest.mark.parametrize("proposed,expected", [(8889000, "32M"), (1, "1M"), (600 << 20, "2G")])
+def test_suggested_buffer_has_headroom(proposed: int, expected: str) -> None:
+    assert suggest_buffer(proposed) == expected
+
+
+def gate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "doctor", "--check-only", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_post_run_playbook_end_to_end_json(tmp_path: Path) -> None:
+    tg.launcher_only(tmp_path)
+    (tmp_path / "slurm-9.out").write_text(DROPPED)
+    out = tmp_path / "verdict.json"
+    proc = gate("--playbook", "post-run", "--json", "--json-file", str(out), str(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert json.loads(out.read_text())["status"] == doc["status"] == "fail"
+    checks = {c["id"]: c for c in doc["checks"]}
+    assert set(checks) == {"ART001", "ART002", "ART003", "ART004"}
+    assert checks["ART001"]["status"] == "fail"
+    assert checks["ART001"]["remedies"][0]["id"] == "per-rank-launch"
+    assert checks["ART004"]["status"] == "fail"
+    assert "Traceback" not in proc.stderr
+
+
+def test_post_run_playbook_passes_on_a_clean_per_rank_run(tmp_path: Path) -> None:
+    tg.per_rank_job(tmp_path, 2)
+    (tmp_path / "train.log").write_text("done\n")
+    proc = gate("--playbook", "post-run", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("gpu-doctor: OK")
+
+
+def test_the_gate_process_itself_never_imports_otf2_or_pycubexr(tmp_path: Path) -> None:
+    tg.per_rank_job(tmp_path, 1)
+    code = ("import sys; from doctor.cli import main; rc = main(['--check-only', '-q', '--playbook', "
+            f"'post-run', {str(tmp_path)!r}]); "
+            "print([m for m in ('otf2', '_otf2', 'pycubexr', 'torch', 'textual') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
