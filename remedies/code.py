@@ -22,8 +22,8 @@ from doctor.model import Safety
 from doctor.registry import remedy
 from doctor.remedy import pyedit
 from doctor.remedy.draft import RemedyContext
-from doctor.remedy.model import EDIT, SCRIPT_LINE, CannotPlan
-from remedies.lazy_import import make_lazy
+from doctor.remedy.lazyimport import make_lazy
+from doctor.remedy.model import SCRIPT_LINE, CannotPlan
 
 SCOREP_GUARD = "_scorep_user"
 
@@ -278,4 +278,3 @@ def real_op_check(module: Any) -> tuple[Any, int]:
     return module.visit(transformer), transformer.count
 
 
-__all__ = ["EDIT"]

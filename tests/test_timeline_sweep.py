@@ -40,7 +40,8 @@ def clip(intervals: list[Interval], window: Interval) -> list[Interval]:
 
 def random_stream(rng: random.Random, stream: int, kind: str, horizon: int) -> list[Kernel]:
     """Back-to-back or gapped kernels on one stream (a stream runs one kernel at a time)."""
-    kernels, t = [], rng.randrange(0, 50)
+    kernels: list[Kernel] = []
+    t = rng.randrange(0, 50)
     while True:
         start = t + rng.choice([0, 0, rng.randrange(1, 80)])
         end = start + rng.randrange(1, 120)

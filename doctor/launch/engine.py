@@ -33,7 +33,7 @@ from doctor.launch.events import (
     RankStateChanged, RankStatus, RunFinished, RunStarted, RunSummary, WarmupAttempt, shell_code,
 )
 from doctor.launch.output import LineSplitter
-from doctor.launch.progress import Progress, parse_progress
+from doctor.launch.progress import Progress, merge_progress, parse_progress
 from doctor.launch.spec import LaunchSpec, RankPlan, default_run_dir, free_port, plan_ranks
 from doctor.launch.warmup import WarmupResult, run_warmup
 
@@ -442,11 +442,9 @@ class Launcher:
 
     def _output(self, rank: int, lines: list[str], current: str | None, nbytes: int) -> None:
         self._tails[rank].extend(lines)
-        found: Progress | None = parse_progress(current) if current else None
-        for line in reversed(lines[-20:]):
-            if found is not None:
-                break
-            found = parse_progress(line)
+        found: Progress | None = None
+        for line in [*lines[-20:], *([current] if current else [])]:
+            found = merge_progress(found, parse_progress(line))
         with self._lock:
             st = self._status[rank]
             last = current if current is not None else (lines[-1] if lines else st.last_line)

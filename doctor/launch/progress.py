@@ -81,3 +81,13 @@ def parse_progress(line: str) -> Progress | None:
         return None
     loss_m = _LOSS.search(line)
     return Progress(step=step, total=total, epoch=epoch, loss=_float(loss_m.group(1)) if loss_m else None)
+
+
+def merge_progress(old: Progress | None, new: Progress | None) -> Progress | None:
+    """`new` over `old`, field by field (a loss line does not erase the step)."""
+    if old is None or new is None:
+        return new or old
+    stepped = new.step is not None
+    return Progress(step=new.step if stepped else old.step, total=new.total if stepped else old.total,
+                    epoch=new.epoch if new.epoch is not None else old.epoch,
+                    loss=new.loss if new.loss is not None else old.loss)

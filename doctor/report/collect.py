@@ -92,6 +92,17 @@ def runtime_state(rt: Any) -> str | None:
     return f"{str(state).replace('_', ' ')} after {attempts} attempt(s)" + (f" ({last})" if last else "")
 
 
+def driver_init(drv: Any) -> str | None:
+    """cuInit's outcome: 'ok, 4 devices' or '100 CUDA_ERROR_NO_DEVICE: ...'."""
+    if pick(drv, "loaded") is False:
+        return f"libcuda not loaded: {pick(drv, 'load_error') or 'no reason given'}"
+    code = pick(drv, "code")
+    if code == 0:
+        count = pick(drv, "count")
+        return "ok" + (f", {count} device(s)" if count is not None else "")
+    return _failure_text(drv)
+
+
 def versions(run: Run) -> list[dict[str, Any]]:
     """Driver, CUDA, torch, NCCL and Score-P versions, each with its source or why it is N/A."""
     nvml, nvml_why = fact(run, "nvml")
@@ -111,12 +122,16 @@ def versions(run: Run) -> list[dict[str, Any]]:
     runtime = pick(last, "runtime_version") if last is not None else None
     drv_note = (_failure_text(drv) if drv is not None else None) or drv_why or nvml_why
     rt_note = (_failure_text(last) if last is not None else None) or rt_why
+    torch_why = fw_why
+    if fw is not None and not pick(fw, "torch_version"):
+        fw_why = "see torch"
     rows = [
         _row("NVIDIA driver", pick(nvml, "driver_version") if nvml else None, "nvml", nvml_why),
         _row("CUDA driver API", cuda_version_text(cuda_api), "cuda_driver", drv_note),
+        _row("CUDA driver init", driver_init(drv) if drv is not None else None, "cuda_driver", drv_why),
         _row("CUDA runtime", cuda_version_text(runtime), "cuda_runtime", rt_note),
         _row("CUDA runtime state", runtime_state(rt) if rt is not None else None, "cuda_runtime", rt_why),
-        _row("torch", pick(fw, "torch_version") if fw else None, "framework", fw_why),
+        _row("torch", pick(fw, "torch_version") if fw else None, "framework", torch_why),
         _row("torch CUDA build", pick(fw, "torch_cuda") if fw else None, "framework",
              fw_why or "torch built without CUDA"),
         _row("torch CUDA use", ("works" if pick(fw, "ok") else f"fails: {pick(fw, 'error')}")

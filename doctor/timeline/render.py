@@ -51,7 +51,7 @@ def render(report: TimelineReport, console: Console, every_step: bool = False) -
     if report.scaling:
         console.print(_scaling_table(report))
     if any(run.ranks for run in report.runs):
-        console.print(f"[dim]{LEGEND}[/dim]")
+        console.print(f"[dim]{LEGEND}[/dim]", soft_wrap=True, highlight=False)
 
 
 def verdict_lines(rank: RankTimeline) -> list[str]:
@@ -148,10 +148,10 @@ def _profile_table(run: RunTimeline) -> Table:
 
 def _scaling_table(report: TimelineReport) -> Table:
     basis = report.scaling[0].basis
-    table = _table(f"Scaling (time = {basis}; throughput = ranks / time, fixed batch per rank)", "run",
+    table = _table(f"Scaling (time = {basis}; throughput = ranks / time in rank-steps/s, fixed batch per rank)", "run",
                    "ranks", "time", "throughput", "speedup", "efficiency", "exposed comm")
     for row in report.scaling:
         share = f"{100 * row.exposed_comm_share:.1f} %" if row.exposed_comm_share is not None else "n/a (sums)"
-        table.add_row(row.run, str(row.ranks), seconds(row.time), f"{row.throughput:.3g}/s",
+        table.add_row(row.run, str(row.ranks), seconds(row.time), f"{row.throughput:.3g}",
                       f"{row.speedup:.2f}x", f"{100 * row.efficiency:.0f} %", share)
     return table

@@ -1,0 +1,140 @@
+"""Facts of the job-folder area: `job` (the parsed folder) and `scorep_install` (SCP001).
+
+`scorep_install` is
+`{"scorep_config": path|None, "version": str|None, "cuda_support": bool|None,
+"python_bindings": bool|None, "config_summary": str|None}` plus `python`
+(the interpreter asked) and `notes` (why a value is None). It looks on the
+PATH the job will run with, and asks the job's interpreter, each in a
+subprocess with a time limit. As root in the gate it runs nothing that a
+user could have replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import sys
+from typing import Any
+
+from doctor.facts import ProbeContext, ProbeFailure
+from doctor.isolate import run_isolated
+from doctor.jobfolder.discover import load_job
+from doctor.jobfolder.model import Job
+from doctor.registry import provider
+
+BINDINGS_PROBE = r"""
+import importlib.util, json, os, sys
+spec = importlib.util.find_spec("scorep")
+found = None
+where = None
+if spec is not None and spec.submodule_search_locations:
+    where = list(spec.submodule_search_locations)[0]
+    names = os.listdir(where)
+    found = any(n.startswith(("_bindings", "scorep_bindings")) for n in names)
+print(json.dumps({"package": where, "bindings": found if spec is not None else False}))
+"""
+
+
+@provider("job", timeout=20.0, reads_user_files=True)
+def job_fact(ctx: ProbeContext) -> Job:
+    """The parsed job folder (scripts, launch commands, environment, trainer arguments)."""
+    return load_job(ctx.case)
+
+
+def trusted(path: str) -> bool:
+    """Root-owned and not writable by group or others, the file and every folder above it."""
+    cur = os.path.realpath(path)
+    while True:
+        try:
+            st = os.stat(cur)
+        except OSError:
+            return False
+        if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            return True
+        cur = parent
+
+
+def job_env(job: Any, fallback: dict[str, str]) -> dict[str, str]:
+    """The job's environment as strings (values that cannot be known statically are left out)."""
+    if not isinstance(job, Job) or not job.env:
+        return dict(fallback)
+    return {k: v.value for k, v in job.env.items() if v.value is not None}
+
+
+@provider("scorep_install", timeout=15.0, reads_user_files=True)
+def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
+    """Score-P on the job's PATH: scorep-config, version, CUDA support, Python bindings."""
+    job = ctx.facts.get("job")
+    env = job_env(job, dict(ctx.case.env))
+    path_var = env.get("PATH", os.defpath)
+    guard = ctx.case.gate and ctx.case.as_root
+    notes: list[str] = []
+    out: dict[str, Any] = {"scorep_config": None, "version": None, "cuda_support": None,
+                           "python_bindings": None, "config_summary": None, "python": None, "notes": notes}
+    config = shutil.which("scorep-config", path=path_var)
+    out["scorep_config"] = config
+    if config is None:
+        notes.append(f"scorep-config is not on the job's PATH ({_short(path_var)})")
+    elif guard and not trusted(config):
+        notes.append(f"{config} is not root-owned; not run as root")
+    else:
+        res = run_isolated([config, "--version"], ctx.limit(5.0), env=env)
+        if res.timed_out:
+            notes.append(f"`{config} --version` timed out")
+        elif res.returncode == 0:
+            out["version"] = (res.stdout.strip().splitlines() or [""])[0] or None
+        else:
+            notes.append(f"`{config} --version` failed: {(res.stderr or res.stdout).strip()[:200]}")
+        info = os.path.join(os.path.dirname(config), "scorep-info")
+        if not os.path.exists(info):
+            info = shutil.which("scorep-info", path=path_var) or info
+        res = run_isolated([info, "config-summary"], ctx.limit(5.0), env=env)
+        if res.returncode == 0 and not res.timed_out:
+            out["config_summary"] = res.stdout
+            m = re.search(r"CUDA support:\s*(\w+)", res.stdout)
+            out["cuda_support"] = (m.group(1).lower() == "yes") if m else None
+            if m is None:
+                notes.append("`scorep-info config-summary` does not mention CUDA support")
+        else:
+            notes.append(f"`{info} config-summary` failed: {(res.stderr or res.stdout).strip()[:200] or 'no output'}")
+    python = _job_python(ctx, job, path_var)
+    out["python"] = python
+    if python is None:
+        notes.append("the job's Python interpreter was not found")
+    elif guard and not trusted(python):
+        notes.append(f"{python} is not root-owned; not run as root")
+    else:
+        res = run_isolated([python, "-c", BINDINGS_PROBE], ctx.limit(8.0), env=env)
+        if res.timed_out:
+            notes.append(f"{python}: the bindings probe timed out")
+        else:
+            try:
+                doc = res.json()
+                out["python_bindings"] = bool(doc.get("bindings"))
+                if not doc.get("bindings"):
+                    notes.append(f"{python} cannot import scorep (the Score-P Python bindings)" if not
+                                 doc.get("package") else f"{doc['package']} has no compiled bindings")
+            except ValueError:
+                notes.append(f"{python}: the bindings probe failed: {(res.stderr or '').strip()[:200]}")
+    return out
+
+
+def _job_python(ctx: ProbeContext, job: Any, path_var: str) -> str | None:
+    if ctx.case.python:
+        return shutil.which(ctx.case.python, path=path_var) or ctx.case.python
+    if isinstance(job, Job) and job.python:
+        found = shutil.which(job.python, path=path_var)
+        if found:
+            return found
+    if isinstance(job, ProbeFailure) or not isinstance(job, Job) or job.python is None:
+        return sys.executable
+    return shutil.which("python3", path=path_var) or sys.executable
+
+
+def _short(path_var: str) -> str:
+    return path_var if len(path_var) <= 120 else path_var[:117] + "..."

@@ -1,0 +1,261 @@
+"""Turn a module-level `import scorep.user` into an import on first use (field guide, error 5).
+
+The result follows the guide's shape:
+
+    _scorep_user = None  # None = not yet tried; False = import failed
+
+    def _load_scorep_user():
+        global _scorep_user
+        if _scorep_user is None:
+            try:
+                import scorep.user
+                _scorep_user = scorep.user
+            except ImportError:
+                _scorep_user = False
+        return _scorep_user
+
+and each `scorep.user.region_begin(...)` statement becomes
+`if _load_scorep_user(): _scorep_user.region_begin(...)` (a no-op without
+Score-P). Other uses become `_load_scorep_user().name`. Forms it cannot make
+equivalent (a use at import time, the bare package name, an import inside an
+`if` or a `try` that does more than pass) raise CannotPlan with the steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from doctor.remedy import pyedit
+from doctor.remedy.model import CannotPlan
+
+GUARD = "_scorep_user"
+LOADER = "_load_scorep_user"
+ASSIGN = f"{GUARD} = None  # None = not yet tried; False = import failed (gpu-doctor SCR001)\n"
+LOADER_CODE = f'''def {LOADER}():
+    """Import scorep.user on first use, once PyTorch has set up CUDA in this rank.
+
+    Imported at module level, it starts Score-P's CUDA adapter in every DDP worker
+    before PyTorch initialises CUDA there (gpu-doctor SCR001). Returns the module,
+    or False where Score-P is not installed.
+    """
+    global {GUARD}
+    if {GUARD} is None:
+        try:
+            import scorep.user
+            {GUARD} = scorep.user
+        except ImportError:
+            {GUARD} = False
+    return {GUARD}
+'''
+STEPS = (
+    "Remove the module-level `import scorep.user`.",
+    f"Add `{ASSIGN.strip()}` at module level and import it inside the first function that "
+    "runs after CUDA is set up, as in the field guide (error 5):",
+    f"    global {GUARD}; if {GUARD} is None: try: import scorep.user; {GUARD} = scorep.user "
+    f"except ImportError: {GUARD} = False",
+    f"then call region_begin/region_end as `if {GUARD}: {GUARD}.region_begin(...)`.",
+)
+
+
+@dataclass
+class Site:
+    """One module-level import of scorep.user."""
+
+    line: Any          # the SimpleStatementLine holding it
+    small: Any         # the Import / ImportFrom
+    alias: Any         # the ImportAlias
+    wrapper: Any = None  # the module-level Try around it, if any
+    names: list[str] = field(default_factory=list)
+
+
+def make_lazy(module: Any, path: Path) -> tuple[Any, int] | None:
+    """The module with the import made lazy and the line of the first site, or None if none."""
+    import libcst.metadata as md
+
+    wrapper = md.MetadataWrapper(module)
+    mod = wrapper.module
+    scopes = wrapper.resolve(md.ScopeProvider)
+    parents = wrapper.resolve(md.ParentNodeProvider)
+    pos = wrapper.resolve(md.PositionProvider)
+    sites = _sites(mod)
+    if not sites:
+        return None
+    gscope = scopes[mod]
+    if gscope is None:
+        return None
+    for name in (GUARD, LOADER):
+        if name in gscope:
+            raise CannotPlan(f"{path}: the name {name} is already taken", STEPS)
+    statements, expressions = set(), set()
+    for site in sites:
+        for assignment in gscope.assignments:
+            if assignment.node is not site.small:
+                continue
+            module_name = site.names[0]
+            for access in assignment.references:
+                where = f"{path}:{pos[access.node].start.line}"
+                if assignment.name != module_name:
+                    raise CannotPlan(f"{where}: uses the package `{assignment.name}` itself", STEPS)
+                if not _inside_function(access.node, parents):
+                    raise CannotPlan(f"{where}: uses scorep.user at import time", STEPS)
+                stmt = _call_statement(access.node, parents)
+                (statements if stmt is not None else expressions).add(stmt or access.node)
+    new = mod.visit(_Rewrite(mod, sites, statements, expressions))
+    return new, pos[sites[0].line].start.line
+
+
+def _sites(mod: Any) -> list[Site]:
+    import libcst as cst
+
+    sites = []
+    for stmt in mod.body:
+        lines = [(stmt, None)]
+        if isinstance(stmt, cst.Try):
+            lines = [(s, stmt) for s in stmt.body.body]
+        elif isinstance(stmt, cst.If):
+            if any(_scorep_aliases(s) for s in stmt.body.body if isinstance(s, cst.SimpleStatementLine)):
+                raise CannotPlan("scorep.user is imported inside a module-level `if`", STEPS)
+            continue
+        for line, wrap in lines:
+            if not isinstance(line, cst.SimpleStatementLine):
+                continue
+            for small, alias, names in _scorep_aliases(line):
+                if wrap is not None and not _plain_try(wrap):
+                    raise CannotPlan("scorep.user is imported inside a `try` that does more than that", STEPS)
+                sites.append(Site(line, small, alias, wrap, names))
+    return sites
+
+
+def _scorep_aliases(line: Any) -> list[tuple[Any, Any, list[str]]]:
+    """(statement, alias, [bound module name, ...]) for each scorep.user import on the line."""
+    import libcst as cst
+
+    out = []
+    for small in line.body:
+        if isinstance(small, cst.Import):
+            for alias in small.names:
+                if pyedit.dotted(alias.name) == "scorep.user":
+                    bound = pyedit.dotted(alias.asname.name) if alias.asname else "scorep.user"
+                    out.append((small, alias, [bound]))
+        elif isinstance(small, cst.ImportFrom) and small.module is not None \
+                and pyedit.dotted(small.module) == "scorep" and not isinstance(small.names, cst.ImportStar):
+            for alias in small.names:
+                if pyedit.dotted(alias.name) == "user":
+                    bound = pyedit.dotted(alias.asname.name) if alias.asname else "user"
+                    out.append((small, alias, [bound]))
+    return out
+
+
+def _plain_try(node: Any) -> bool:
+    """`try: import scorep.user` with handlers that only pass: the guard does the same."""
+    import libcst as cst
+
+    return (len(node.body.body) == 1 and not node.orelse and not node.finalbody
+            and all(all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
+                        for s in h.body.body) for h in node.handlers))
+
+
+def _inside_function(node: Any, parents: Any) -> bool:
+    import libcst as cst
+
+    child = node
+    while child in parents:
+        parent = parents[child]
+        if isinstance(parent, (cst.FunctionDef, cst.Lambda)) and child is parent.body:
+            return True
+        child = parent
+    return False
+
+
+def _call_statement(node: Any, parents: Any) -> Any:
+    """The statement line if `node` is X in a bare `X.f(...)` statement, else None."""
+    import libcst as cst
+
+    attr = parents.get(node)
+    call = parents.get(attr) if isinstance(attr, cst.Attribute) and attr.value is node else None
+    expr = parents.get(call) if isinstance(call, cst.Call) and call.func is attr else None
+    line = parents.get(expr) if isinstance(expr, cst.Expr) else None
+    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+        return line
+    return None
+
+
+class _Rewrite:  # built lazily: libcst's base class is imported inside make_lazy's caller
+    def __new__(cls, mod: Any, sites: list[Site], statements: set[Any], expressions: set[Any]) -> Any:
+        import libcst as cst
+
+        site_lines = {id(s.line): s for s in sites}
+        site_trys = {id(s.wrapper): s for s in sites if s.wrapper is not None}
+        first = sites[0]
+
+        class Rewrite(cst.CSTTransformer):
+            assign: Any = None
+
+            def _assign(self, leading: Any) -> Any:
+                self.assign = pyedit.statement(mod, ASSIGN).with_changes(leading_lines=leading)
+                return self.assign
+
+            def leave_Name(self, original: Any, updated: Any) -> Any:
+                return _loader_call() if original in expressions else updated
+
+            def leave_Attribute(self, original: Any, updated: Any) -> Any:
+                return _loader_call() if original in expressions else updated
+
+            def leave_SimpleStatementLine(self, original: Any, updated: Any) -> Any:
+                if original in statements:
+                    call = updated.body[0].value
+                    inner = cst.SimpleStatementLine(
+                        body=[cst.Expr(call.with_changes(func=cst.Attribute(
+                            value=cst.Name(GUARD), attr=call.func.attr)))],
+                        trailing_whitespace=updated.trailing_whitespace)
+                    return cst.If(test=_loader_call(), body=cst.IndentedBlock(body=[inner]),
+                                  leading_lines=updated.leading_lines)
+                site = site_lines.get(id(original))
+                if site is None or site.wrapper is not None:
+                    return updated
+                return self._drop_import(site, original, updated)
+
+            def _drop_import(self, site: Site, original: Any, updated: Any) -> Any:
+                body = []
+                for small_o, small_u in zip(original.body, updated.body, strict=True):
+                    if small_o is not site.small:
+                        body.append(small_u)
+                    elif len(small_u.names) > 1:
+                        names = [a for a, a_o in zip(small_u.names, small_o.names, strict=True)
+                                 if a_o is not site.alias]
+                        names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                        body.append(small_u.with_changes(names=names))
+                if site is not first:
+                    return updated.with_changes(body=body) if body else cst.RemoveFromParent()
+                if not body:
+                    return self._assign(updated.leading_lines)
+                return cst.FlattenSentinel([updated.with_changes(body=body), self._assign([])])
+
+            def leave_Try(self, original: Any, updated: Any) -> Any:
+                site = site_trys.get(id(original))
+                if site is None:
+                    return updated
+                return self._assign(updated.leading_lines) if site is first else cst.RemoveFromParent()
+
+            def leave_Module(self, original: Any, updated: Any) -> Any:
+                body = list(updated.body)
+                at = next((i for i, s in enumerate(body) if s is self.assign), len(body) - 1) + 1
+                while at < len(body) and not isinstance(body[at], (cst.FunctionDef, cst.ClassDef, cst.If)):
+                    at += 1
+                loader = pyedit.statement(mod, LOADER_CODE).with_changes(
+                    leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+                body.insert(at, loader)
+                if at + 1 < len(body) and len(body[at + 1].leading_lines) < 2:
+                    body[at + 1] = body[at + 1].with_changes(
+                        leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *body[at + 1].leading_lines])
+                return updated.with_changes(body=body)
+
+        return Rewrite()
+
+
+def _loader_call() -> Any:
+    import libcst as cst
+
+    return cst.Call(func=cst.Name(LOADER))
