@@ -37,7 +37,7 @@ def gate_command() -> list[str]:
 
 def wall(argv: list[str], env: dict[str, str], cwd: str, expect: int = 0) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     if proc.returncode != expect:
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {proc.stdout}{proc.stderr}")

@@ -48,7 +48,8 @@ def score_line(exp: Experiment) -> Evidence | None:
     prof = exp.profile
     if prof is None or not prof.ok or not prof.by_type or not prof.total_time:
         return None
-    parts = [f"{row['type']} {100 * row['time'] / prof.total_time:.1f}%" for row in prof.by_type]
+    parts = [f"{row['type']} {100 * row['time'] / prof.total_time:.1f}%" for row in prof.by_type
+             if row["type"] != "ALL"]
     return Evidence(f"{', '.join(parts)} of {prof.total_time:.2f} s", prof.path, None, "scorep-score")
 
 
@@ -113,7 +114,7 @@ def launcher_only(facts: Facts) -> Outcome | list[Outcome]:
 
 
 @check("ART002", ARTIFACTS, "CUDA activity was recorded where it was asked for",
-       needs=["experiments"], remedies=["scorep-add-cuda"])
+       needs=["experiments"], remedies=["scorep-add-cuda", "scorep-cuda-enable-fix"])
 def cuda_recorded(facts: Facts) -> Outcome | list[Outcome]:
     """What it does:
     For every experiment folder whose `scorep.cfg` (the settings the run really had)
@@ -153,6 +154,8 @@ def cuda_recorded(facts: Facts) -> Outcome | list[Outcome]:
 def _cuda_outcome(exp: Experiment, job_setting: tuple[str, Evidence] | None) -> Outcome | None:
     name = exp.dir.name
     cuda = exp.cuda_locations
+    if exp.cuda_regions and not cuda:
+        return _api_only(exp)
     if cuda or exp.cuda_regions:
         nccl = exp.nccl_kernels
         extra = f", NCCL kernels ({nccl[0]}...)" if nccl else ""
@@ -178,6 +181,21 @@ def _cuda_outcome(exp: Experiment, job_setting: tuple[str, Evidence] | None) -> 
     return fail(f"{name}: SCOREP_CUDA_ENABLE={value} but no CUDA locations or CUDA regions were "
                 "recorded: the CUDA adapter was never loaded (no --cuda?)",
                 ev, "scorep-add-cuda", entities={"folder": exp.path})
+
+
+def _api_only(exp: Experiment) -> Outcome:
+    """CUDA API regions but no GPU stream: the adapter ran, kernel recording was off."""
+    from doctor import registry
+
+    ev = [Evidence(describe(exp), exp.path, label="measured"),
+          Evidence(f"{exp.cuda_regions} CUDA region(s), no CUDA[dev:stream] location", exp.path)]
+    asked = exp.cuda_setting
+    if asked is not None:
+        ev.insert(0, Evidence(f"SCOREP_CUDA_ENABLE={asked[0]}", asked[1], asked[2] or None, "scorep.cfg"))
+    chk = registry.CHECKS.get("SCP007")
+    remedies = chk.remedies if chk is not None and chk.remedies else ("scorep-cuda-enable-fix",)
+    return warn(f"{exp.dir.name}: CUDA API calls were recorded but no GPU activity (no kernels, no "
+                "memcpy): SCOREP_CUDA_ENABLE lacks 'kernel'?", ev, remedies, entities={"folder": exp.path})
 
 
 @check("ART003", ARTIFACTS, "Every rank left a complete measurement", needs=["experiments"],

@@ -7,7 +7,8 @@ a reason, and a node whose runtime never becomes ready.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from doctor.facts import Facts
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, timeout, unknown, warn

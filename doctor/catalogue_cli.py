@@ -34,7 +34,7 @@ def explain_text(check_id: str) -> str:
     if c.remedies:
         lines += ["", "Remedies:"]
         for rid in c.remedies:
-            rem = registry.REMEDIES.get(rid)
+            rem = registry.remedy_for(rid)
             if rem is None:
                 lines.append(f"  {rid}")
                 continue

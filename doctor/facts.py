@@ -14,8 +14,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from doctor import registry
 from doctor.case import Case
-from doctor.registry import PROVIDERS
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,15 @@ class Facts:
         fut = self._futures.get(name)
         return fut.result() if fut is not None and fut.done() else None
 
+    def computed(self) -> dict[str, Any]:
+        """Every fact computed so far (to hand to another front end without probing again)."""
+        return {name: fut.result() for name, fut in list(self._futures.items()) if fut.done()}
+
     def _compute(self, name: str) -> Any:
-        prov = PROVIDERS.get(name)
+        try:
+            prov = registry.provider_for(name)
+        except Exception as exc:  # a broken fact module fails only the facts it would give
+            return ProbeFailure(name, "error", f"cannot load its provider: {type(exc).__name__}: {exc}")
         if prov is None:
             return ProbeFailure(name, "error", "no provider for this fact")
         if time.monotonic() >= self.deadline:

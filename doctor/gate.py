@@ -61,7 +61,7 @@ def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
         case = type(case)(**{**case.__dict__, "root": None})
     check_ids = list(playbook.checks)
     if args.only:
-        registry.load()
+        registry.load_checks(args.only)
         unknown = [c for c in args.only if c.upper() not in registry.CHECKS]
         if unknown:
             raise UsageError(f"unknown check ID {unknown[0]!r} (see `gpu-doctor list-checks`)")

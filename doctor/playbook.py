@@ -49,7 +49,8 @@ def load_playbook(name_or_path: str) -> Playbook:
         raise PlaybookError(f"{path}: 'checks' must be a list of check IDs")
     from doctor import registry
 
-    registry.load()
+    active = _check_list(path, data, "active_checks")
+    registry.load_checks([*checks, *active])
     missing = [c for c in checks if c not in registry.CHECKS]
     if missing and not data.get("allow_missing", False):
         raise PlaybookError(f"{path}: unknown check IDs: {', '.join(missing)}")
@@ -63,7 +64,7 @@ def load_playbook(name_or_path: str) -> Playbook:
         launch=dict(data.get("launch", {})),
         source=str(path),
         level=_level(path, data),
-        active_checks=tuple(c for c in _check_list(path, data, "active_checks") if c in registry.CHECKS),
+        active_checks=tuple(c for c in active if c in registry.CHECKS),
     )
 
 

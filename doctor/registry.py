@@ -161,8 +161,69 @@ def load() -> None:
     _loaded = True
 
 
+# The check-ID prefix of each check module. The gate imports only the modules
+# its checks need (fast start; a broken module of another layer cannot stop a
+# Slurm prologue); facts and remedies are imported when first asked for.
+CHECK_PREFIXES = {
+    "GPU": "checks.node",
+    "P2P": "checks.interconnect",
+    "SCP": "checks.scorep",
+    "LNC": "checks.launcher",
+    "SCR": "checks.script",
+    "TRN": "checks.trainer",
+    "ART": "checks.artifacts",
+}
+_imported: set[str] = set()
+
+
+def _import_once(name: str) -> None:
+    if name not in _imported:
+        _import_all([name])
+        _imported.add(name)
+
+
+def load_checks(check_ids: Iterable[str]) -> None:
+    """Import the check modules holding `check_ids` and their dependencies (all if unsure)."""
+    if _loaded:
+        return
+    todo, seen = [c.upper() for c in check_ids], set()
+    while todo:
+        cid = todo.pop()
+        if cid in seen:
+            continue
+        seen.add(cid)
+        module = CHECK_PREFIXES.get(cid[:3])
+        if module is None:
+            load()
+            return
+        _import_once(module)
+        if cid in CHECKS:
+            todo.extend(CHECKS[cid].depends_on)
+
+
+def provider_for(name: str) -> FactProvider | None:
+    """The provider of fact `name`, importing fact modules in order until one registers it."""
+    for module in FACT_MODULES:
+        if name in PROVIDERS:
+            break
+        _import_once(module)
+    return PROVIDERS.get(name)
+
+
+def remedy_for(remedy_id: str) -> Remedy | None:
+    """The remedy `remedy_id`, importing remedy modules in order until one registers it."""
+    for module in REMEDY_MODULES:
+        if remedy_id in REMEDIES:
+            break
+        _import_once(module)
+    return REMEDIES.get(remedy_id)
+
+
 def get_check(check_id: str) -> Check:
-    load()
+    if check_id.upper() not in CHECKS:
+        load_checks([check_id])
+    if check_id.upper() not in CHECKS:
+        load()
     try:
         return CHECKS[check_id.upper()]
     except KeyError:

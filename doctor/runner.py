@@ -105,7 +105,7 @@ def run_checks(case: Case, check_ids: Sequence[str], budget_s: float = 60.0,
                on_event: Callable[[Event], None] | None = None, playbook: str = "",
                mode: str = "check", preset_facts: dict[str, Any] | None = None) -> Run:
     """Run `check_ids` (and their dependencies) over `case` within `budget_s` seconds."""
-    registry.load()
+    registry.load_checks(check_ids)
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.monotonic()
     checks = order_checks(check_ids)

@@ -66,7 +66,7 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
 
 
 def _remedy_json(rid: str, applied: dict[str, Any]) -> dict[str, Any]:
-    rem = registry.REMEDIES.get(rid)
+    rem = registry.remedy_for(rid)
     state = applied.get(rid, {})
     return {"id": rid, "safety": rem.safety.value if rem else "manual",
             "title": rem.title if rem else rid,
@@ -106,6 +106,7 @@ def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) ->
             "playbook": run.playbook,
             "host": run.case.host,
             "slurm_job_id": run.case.env.get("SLURM_JOB_ID"),
+            "expect_gpus": run.case.gpus_expected,   # --expect-gpus, else Slurm's allocation
             "path": str(run.case.root) if run.case.root else None,
             "start": run.started.isoformat(),
             "duration_s": round(run.duration_s, 3),

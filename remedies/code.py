@@ -71,7 +71,7 @@ def add_destroy(module: Any, anchor: int | None) -> tuple[Any, int]:
     body = list(block.body if block is not None else mod.body)
     at = len(body) - 1 if body and _is_return(body[-1]) else len(body)
     stmt = pyedit.statement(mod, f"if {dist}.is_initialized():\n    {dist}.destroy_process_group()\n")
-    stmt = stmt.with_changes(leading_lines=[cst.EmptyLine(), *pyedit.comment_lines(
+    stmt = stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False), *pyedit.comment_lines(
         mod, "gpu-doctor SCR002: tear NCCL down before the interpreter (and Score-P) shut down,",
         "so the NCCL watchdog cannot race Score-P's CUDA teardown at exit.")])
     body.insert(at, stmt)
@@ -197,8 +197,8 @@ def capture_producer(module: Any) -> tuple[Any, int]:
             stmts = []
             for i, (name, call) in enumerate(captured):
                 stmt = pyedit.statement(module, f"{name} = {code_of(call)}\n")
-                comment = cst.Comment("# captured before the context: inside it, current_stream() "
-                                      "is the context's own stream") if i == 0 else None
+                comment = cst.Comment("# outside the stream context (gpu-doctor SCR003)") \
+                    if i == 0 else None
                 stmt = stmt.with_changes(
                     leading_lines=updated.leading_lines if i == 0 else [],
                     trailing_whitespace=stmt.trailing_whitespace.with_changes(
@@ -249,8 +249,31 @@ def real_op_check(module: Any) -> tuple[Any, int]:
 
     torch_name = next((b for b, full in pyedit.module_imports(module).items() if full == "torch"), None)
 
+    def base_of(func: str) -> str:
+        base = func[:-len(".cuda.is_available")] or torch_name
+        if not base:
+            raise CannotPlan("cannot tell how this file names torch; import torch first")
+        return base
+
     class RealOp(cst.CSTTransformer):
         count = 0
+
+        def leave_If(self, original: cst.If, updated: cst.If) -> Any:
+            """`if not torch.cuda.is_available(): <fail>` -> `try: <real op> except Exception: <fail>`."""
+            test = updated.test
+            if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+                    and isinstance(test.expression, cst.Call)
+                    and pyedit.dotted(test.expression.func).endswith("cuda.is_available")):
+                return updated
+            base = base_of(pyedit.dotted(test.expression.func))
+            stmt = pyedit.statement(module, f"try:\n    {base}.zeros(1).cuda()\n"
+                                            "except Exception:  # a real CUDA op, not is_available()\n    pass\n")
+            handler = stmt.handlers[0].with_changes(body=updated.body)
+            orelse = cst.Else(body=updated.orelse.body) if isinstance(updated.orelse, cst.Else) else None
+            if updated.orelse is not None and orelse is None:  # an elif chain: leave it
+                return updated
+            self.count += 1
+            return stmt.with_changes(handlers=[handler], orelse=orelse, leading_lines=updated.leading_lines)
 
         def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine,
                                       updated: cst.SimpleStatementLine) -> Any:
@@ -261,9 +284,7 @@ def real_op_check(module: Any) -> tuple[Any, int]:
             func = pyedit.dotted(test.func) if isinstance(test, cst.Call) else ""
             if not func.endswith("cuda.is_available"):
                 return updated
-            base = func[:-len(".cuda.is_available")] or torch_name
-            if not base:
-                raise CannotPlan("cannot tell how this file names torch; import torch first")
+            base = base_of(func)
             msg = module.code_for_node(check.msg) if check.msg is not None else \
                 '"CUDA is not usable in this process"'
             stmt = pyedit.statement(module, (

@@ -59,7 +59,7 @@ def warmup_block(python: str, indent: str = "") -> list[str]:
         "fi",
     ]
     # Lines inside the python -c string keep column 0: Python reads them.
-    inside = range(5, 10)
+    inside = range(5, 11)
     return [ln if i in inside or not ln else indent + ln for i, ln in enumerate(lines)]
 
 
@@ -89,7 +89,7 @@ def cuda_warmup(ctx: RemedyContext) -> None:
         "Launch one python -m scorep per rank instead of wrapping torchrun", fixes=["LNC001", "ART001"])
 def per_rank_launch(ctx: RemedyContext) -> None:
     done = False
-    for path, doc, script, launches in launch_files(ctx):
+    for path, _doc, _script, launches in launch_files(ctx):
         for la in launches:
             run = wrapped_torchrun(la, path.parent)
             if run is None:

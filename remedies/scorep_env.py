@@ -31,18 +31,22 @@ _ALIASES = {"kernels": "kernel", "memcopy": "memcpy", "memcpys": "memcpy", "sync
         f"Set SCOREP_TOTAL_MEMORY to {TOTAL_MEMORY}: Score-P clamps 4 GiB and above", fixes=["SCP003"])
 def total_memory(ctx: RemedyContext) -> None:
     """Replace each SCOREP_TOTAL_MEMORY value that is 4 GiB or more, or unparseable, with 3500M."""
-    fixed = 0
+    seen = 0
     for path in shell_files(ctx):
         doc = ctx.read_doc(path)
         for a in ShellScript(doc).assignments("SCOREP_TOTAL_MEMORY"):
+            seen += 1
             size = parse_size(a.value)
-            if size is not None and size < CLAMP or "$" in a.value:
+            if "$" in a.value:
+                ctx.note = f"SCOREP_TOTAL_MEMORY={a.value} is only known when the job runs; set it to " \
+                           f"{TOTAL_MEMORY} by hand"
+                continue
+            if size is not None and size < CLAMP:
                 continue
             doc.replace(a.value_start, a.value_end, TOTAL_MEMORY)
             ctx.write_doc(path, doc, ENV, f"SCOREP_TOTAL_MEMORY={a.value} -> {TOTAL_MEMORY}", a.word_line)
             doc = ctx.read_doc(path)
-            fixed += 1
-    if not fixed:
+    if not seen:
         _fix_on_finding_lines(ctx, "SCOREP_TOTAL_MEMORY", TOTAL_MEMORY,
                               lambda v: (s := parse_size(v)) is None or s >= CLAMP)
 
@@ -106,6 +110,7 @@ def cuda_buffer(ctx: RemedyContext) -> None:
         for a in ShellScript(doc).assignments("SCOREP_CUDA_BUFFER"):
             if "$" in a.value or (parse_size(a.value) or 0) >= want:
                 changed = True  # already big enough: nothing to raise here
+                ctx.note = f"SCOREP_CUDA_BUFFER={a.value} is already at least {value}"
                 continue
             doc.replace(a.value_start, a.value_end, value)
             ctx.write_doc(path, doc, ENV, f"SCOREP_CUDA_BUFFER={a.value} -> {value}", a.word_line)

@@ -61,7 +61,7 @@ def _flag_off(ctx: RemedyContext, path: Path) -> None:
         words = cmd.words
         for i, w in enumerate(words):
             name, eq, value = w.text.partition("=")
-            if name.replace("-", "_") != f"--{FLAG}":
+            if not name.startswith("--") or name[2:].replace("-", "_") != FLAG:
                 continue
             if eq:
                 if value.lower() not in FALSE:

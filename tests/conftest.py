@@ -9,8 +9,9 @@ tests/fakes/node.py for the scenarios and knobs):
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -6,8 +6,8 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

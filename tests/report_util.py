@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,9 +33,11 @@ PLANTED_ENV = {
     "PIP_INDEX_URL": "https://pipuser:PipIndexPassw0rd@pypi.example.org/simple",
     "SCOREP_CUDA_BUFFER": "1M",
     "NCCL_DEBUG": "INFO",
+    # a personal login: replaced wherever it shows (paths, log lines)
+    "USER": "alicetest",
 }
 FORBIDDEN = (*SECRET_ENV.values(), ENV_URL_PASSWORD, LOG_URL_PASSWORD, BEARER, "PipIndexPassw0rd",
-             "hubuser:", "loguser:")
+             "hubuser:", "loguser:", "alicetest")
 
 LOG_LINES = [
     "step 10 loss 1.234",
@@ -43,9 +46,28 @@ LOG_LINES = [
     "[CUPTI Activity] Dropped 85222 records. Current buffer size: 1048576 bytes",
     "Proposed minimum SCOREP_CUDA_BUFFER=8889000",
     f"wandb: using key {SECRET_ENV['WANDB_API_KEY']} and HF_TOKEN={SECRET_ENV['HF_TOKEN']}",
-    "step 20 loss 1.101",
+    "step 20 loss 1.101 (checkpoint /home/alicetest/ckpt by alicetest)",
 ]
 SIGNATURE_LINE = 4  # 1-based line of the CUPTI warning
+
+
+# Node facts of a machine without a driver, given in advance so these tests need no probe.
+NO_NODE: dict[str, Any] = {
+    "nvml": {"driver_loaded": False, "error": "nvmlInit: NVML Shared Library Not Found", "gpus": []},
+    "cuda_driver": {"api": "driver", "loaded": False, "load_error": "libcuda.so.1: cannot open shared object"},
+    "cuda_runtime": {"state": "error", "attempts": [{}],
+                     "last": {"code": 35, "name": "cudaErrorInsufficientDriver"}},
+    "framework": {"ok": False, "torch_version": None, "import_error": "ModuleNotFoundError: torch"},
+    "p2p_matrix": {"driver_loaded": False, "error": "nvmlInit: NVML Shared Library Not Found"},
+}
+
+
+def no_torch_python(tmp_path: Path) -> Path:
+    """An interpreter for the framework probe: this Python without site-packages (no torch)."""
+    wrapper = tmp_path / "python-no-torch"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def make_job(root: Path) -> Path:
@@ -70,12 +92,12 @@ def make_job(root: Path) -> Path:
     ranks = []
     for rank in range(2):
         log = run_dir / f"rank_{rank}.log"
-        lines = [f"rank {rank} starting", f"Authorization: Bearer {BEARER}",
-                 "ValueError: FP16 Mixed precision training with AMP or APEX ('--fp16') can only be used on CUDA "
-                 "devices." if rank == 1 else "done"]
+        last = "ValueError: FP16 Mixed precision training with AMP or APEX ('--fp16') can only be used on " \
+            "CUDA devices." if rank == 1 else "done"
+        lines = [f"rank {rank} starting", f"Authorization: Bearer {BEARER}", last]
         log.write_text("\n".join(lines) + "\n")
-        ranks.append({"rank": rank, "state": "failed" if rank else "done", "returncode": rank, "pid": 1000 + rank,
-                      "log_path": str(log), "last_lines": lines})
+        ranks.append({"rank": rank, "state": "failed" if rank else "done", "returncode": rank,
+                      "pid": 1000 + rank, "log_path": str(log), "last_lines": lines})
     # the launcher's summary.json (doctor.launch.engine)
     (run_dir / "summary.json").write_text(json.dumps({
         "exit_code": 1, "reason": "rank 1 failed first (exit code 1)", "ranks": ranks, "first_failed": 1,

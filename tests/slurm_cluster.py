@@ -1,12 +1,19 @@
-"""A throwaway single-node Slurm cluster on 127.0.0.1 for integration tests.
+"""A throwaway Slurm cluster on 127.0.0.1 for integration tests.
 
-Starts munged, slurmctld and slurmd in the background with state in a temp
-folder (no systemd, no cgroups) and stops only the daemons it started.
-Slurm 22.05 from Debian's packages; `.ci/run` installs them.
+Starts munged, slurmctld and one slurmd per node in the background with state
+in a temp folder (no systemd, no cgroups) and stops only the daemons it started
+(after cancelling the jobs of its own cluster). Slurm 22.05 from Debian's
+packages; `.ci/run` installs them.
 
     with LocalSlurm(tmp, prolog=script) as slurm:
-        job = slurm.sbatch(script_text)
+        job = slurm.sbatch(script_path)
         slurm.wait_job(job)
+
+`nodes=2` emulates a two-node cluster on this one machine: node 1 is this
+host's name, node 2 is `localhost`; both names resolve here, so a job's
+first node works as MASTER_ADDR. Each slurmd gets its own port, spool
+folder and log (`%n` in slurm.conf). Debian's slurmd accepts this without
+`--enable-multiple-slurmd` because the two NodeHostnames differ.
 """
 
 from __future__ import annotations
@@ -44,13 +51,18 @@ class LocalSlurm:
     """One node (this host) named `host`, partition `debug`, optional Prolog and fake GPUs."""
 
     def __init__(self, root: Path, prolog: Path | None = None, gpus: int = 0,
-                 prolog_timeout: int = 60, cpus: int | None = None) -> None:
+                 prolog_timeout: int = 60, cpus: int | None = None, nodes: int = 1) -> None:
         self.root = root
         self.prolog = prolog
         self.gpus = gpus
         self.prolog_timeout = prolog_timeout
         self.cpus = cpus or max(2, os.cpu_count() or 2)
         self.host = socket.gethostname().split(".")[0]
+        if nodes not in (1, 2):
+            raise ValueError("LocalSlurm emulates 1 or 2 nodes")
+        if nodes == 2 and self.host == "localhost":
+            raise RuntimeError("a two-node cluster needs a host name other than localhost")
+        self.nodes: tuple[str, ...] = (self.host, "localhost")[:nodes]
         self.conf = root / "slurm.conf"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
@@ -67,13 +79,15 @@ class LocalSlurm:
                 if not dev.exists():
                     os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(195, i))
             (self.root / "gres.conf").write_text(
-                f"NodeName={self.host} Name=gpu File={self.root}/dev/nvidia[0-{self.gpus - 1}]\n")
+                f"NodeName={','.join(self.nodes)} Name=gpu File={self.root}/dev/nvidia[0-{self.gpus - 1}]\n")
             gres_line = "GresTypes=gpu\n"
             node_gres = f" Gres=gpu:{self.gpus}"
         prolog = ""
         if self.prolog:
             prolog = (f"Prolog={self.prolog}\nPrologFlags=Alloc\n"
                       f"PrologEpilogTimeout={self.prolog_timeout}\n")
+        node_lines = "".join(f"NodeName={n} NodeAddr=127.0.0.1 Port={free_port()} CPUs={self.cpus} "
+                             f"State=UNKNOWN{node_gres}\n" for n in self.nodes)
         r = self.root
         self.conf.write_text(f"""ClusterName=gdtest
 SlurmctldHost={self.host}(127.0.0.1)
@@ -91,20 +105,18 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
 StateSaveLocation={r}/state
-SlurmdSpoolDir={r}/spool
+SlurmdSpoolDir={r}/spool/%n
 SlurmctldPidFile={r}/slurmctld.pid
-SlurmdPidFile={r}/slurmd.pid
+SlurmdPidFile={r}/slurmd-%n.pid
 SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
 SlurmctldLogFile={r}/log/slurmctld.log
-SlurmdLogFile={r}/log/slurmd.log
+SlurmdLogFile={r}/log/slurmd-%n.log
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 InactiveLimit=0
 KillWait=5
 MinJobAge=300
-{gres_line}{prolog}NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN{node_gres}
-PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
+{gres_line}{prolog}{node_lines}PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP
 """)
 
     def start(self, timeout: float = 30.0) -> "LocalSlurm":
@@ -122,13 +134,20 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
         self._wait(lambda: sock.exists(), timeout, "munged did not start")
         self._spawn(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
         self._wait(lambda: self._scontrol_ok(), timeout, "slurmctld did not answer")
-        self._spawn(["/usr/sbin/slurmd", "-D", "-f", str(self.conf), "-N", self.host])
-        self._wait(lambda: self.node_state() in ("idle", "mixed", "allocated"), timeout,
-                   "slurmd did not register")
+        for node in self.nodes:
+            self._spawn(["/usr/sbin/slurmd", "-D", "-f", str(self.conf), "-N", node])
+        self._wait(lambda: all(self.node_state(n) in ("idle", "mixed", "allocated") for n in self.nodes),
+                   timeout, "slurmd did not register")
         return self
 
     def stop(self) -> None:
-        """Stop the daemons this harness started (and their jobs), nothing else."""
+        """Cancel this cluster's jobs, then stop the daemons this harness started, nothing else."""
+        if self.procs and all(p.poll() is None for p in self.procs):
+            self.run("scancel", "--partition=debug", check=False, timeout=10)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.run("squeue", "-h", "-t", "RUNNING,COMPLETING",
+                                                           check=False, timeout=10).stdout.strip():
+                time.sleep(0.2)
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -165,25 +184,39 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
         raise RuntimeError(f"{what} within {timeout} s; logs in {self.root / 'log'}")
 
     # -- client commands -------------------------------------------------
-    def run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True,
+    def run(self, *argv: str, check: bool = True, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """A client command against this cluster (`env`, if given, replaces the environment)."""
+        full = {**(self.env if env is None else env), "SLURM_CONF": str(self.conf)}
+        return subprocess.run(list(argv), env=full, capture_output=True, text=True,
                               check=check, timeout=timeout)
 
     def _scontrol_ok(self) -> bool:
         return self.run("scontrol", "ping", check=False, timeout=10).returncode == 0
 
-    def node_info(self) -> dict[str, str]:
-        out = self.run("scontrol", "show", "node", self.host, check=False, timeout=10).stdout
-        return dict(re.findall(r"(\w+)=(\S+)", out)) | {"_raw": out}
+    def node_info(self, node: str | None = None) -> dict[str, str]:
+        """`scontrol show node` as key -> value (Reason keeps its spaces; `_raw` is the text)."""
+        out = self.run("scontrol", "show", "node", node or self.host, check=False, timeout=10).stdout
+        info = dict(re.findall(r"(\w+)=(\S+)", out))
+        reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?\s*$", out, re.MULTILINE)
+        if reason:
+            info["Reason"] = reason.group(1)
+        return info | {"_raw": out}
 
-    def node_state(self) -> str:
-        return self.node_info().get("State", "").lower().split("+")[0]
+    def node_state(self, node: str | None = None) -> str:
+        """The base state in lower case: idle, mixed, allocated, down, ... (flags dropped)."""
+        return self.node_info(node).get("State", "").lower().split("+")[0]
 
-    def resume(self) -> None:
-        self.run("scontrol", "update", f"nodename={self.host}", "state=resume", check=False)
+    def node_flags(self, node: str | None = None) -> set[str]:
+        """The state's flags in upper case, e.g. {"DRAIN"} for `IDLE+DRAIN`."""
+        return set(self.node_info(node).get("State", "").upper().split("+")[1:])
 
-    def sbatch(self, script: Path, *args: str) -> str:
-        out = self.run("sbatch", "--parsable", *args, str(script)).stdout.strip()
+    def resume(self, node: str | None = None) -> None:
+        self.run("scontrol", "update", f"nodename={node or self.host}", "state=resume", check=False)
+
+    def sbatch(self, script: Path, *args: str, env: dict[str, str] | None = None) -> str:
+        """Submit; the job gets `env` (sbatch exports the submitter's environment). The job id."""
+        out = self.run("sbatch", "--parsable", *args, str(script), env=env).stdout.strip()
         return out.split(";")[0]
 
     def job_state(self, job: str) -> str:
@@ -193,6 +226,11 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
 
     def job_info(self, job: str) -> str:
         return self.run("scontrol", "show", "job", job, check=False, timeout=10).stdout
+
+    def job_field(self, job: str, name: str) -> str:
+        """One `Name=value` of `scontrol show job` ("" when absent)."""
+        m = re.search(rf"\b{name}=(\S*)", self.job_info(job))
+        return m.group(1) if m else ""
 
     def wait_job(self, job: str, states: tuple[str, ...] = ("COMPLETED", "FAILED", "CANCELLED",
                                                           "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"),

@@ -115,3 +115,40 @@ def test_the_gate_process_itself_never_imports_otf2_or_pycubexr(tmp_path: Path) 
             "print([m for m in ('otf2', '_otf2', 'pycubexr', 'torch', 'textual') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
+
+
+def _job_model():  # type: ignore[no-untyped-def]
+    return pytest.importorskip("doctor.jobfolder.model")
+
+
+def test_expected_ranks_from_world_size_on_the_instrumented_command(tmp_path: Path) -> None:
+    from doctor.artifacts.jobinfo import expected_ranks, job_cuda_enable
+
+    m = _job_model()
+    site = m.Site(str(tmp_path / "job.sh"), 12, "WORLD_SIZE=4 python -m scorep --cuda train.py")
+    env = {"WORLD_SIZE": m.EnvVar("WORLD_SIZE", "4", "4", m.Site(site.file, 3, "export WORLD_SIZE=4")),
+           "SCOREP_CUDA_ENABLE": m.EnvVar("SCOREP_CUDA_ENABLE", "kernel", "kernel", site)}
+    launch = m.Launch("python", "script", "train.py", scorep=m.ScorepWrap((), ("--cuda",)))
+    cmd = m.Command(site, site.text, tuple(site.text.split()), env, launch=launch)
+    job = m.Job(str(tmp_path), commands=(cmd,))
+    n, ev = expected_ranks(job)
+    assert n == 4 and ev.line == 3 and ev.text == "WORLD_SIZE=4"
+    value, ev = job_cuda_enable(job)
+    assert value == "kernel" and ev.line == 12
+
+
+def test_expected_ranks_from_a_backgrounded_loop_and_from_torchrun(tmp_path: Path) -> None:
+    from doctor.artifacts.jobinfo import expected_ranks
+
+    m = _job_model()
+    site = m.Site(str(tmp_path / "job.sh"), 8, "python -m scorep train.py &")
+    launch = m.Launch("python", "script", "train.py", scorep=m.ScorepWrap((), ()))
+    loop = m.Loop("r", 8, m.Site(site.file, 7, "for r in $(seq 0 7); do"))
+    cmd = m.Command(site, site.text, tuple(site.text.split()), {}, launch=launch, loop=loop, background=True)
+    assert expected_ranks(m.Job(None, commands=(cmd,)))[0] == 8
+    spawner = m.Spawner("torchrun", ("torchrun",), nproc=4)
+    launch = m.Launch("python", "module", "torch.distributed.run", scorep=m.ScorepWrap((), ()), spawner=spawner)
+    cmd = m.Command(site, site.text, (), {}, launch=launch)
+    assert expected_ranks(m.Job(None, commands=(cmd,)))[0] == 4
+    assert expected_ranks(m.Job(None)) is None
+    assert expected_ranks(None) is None

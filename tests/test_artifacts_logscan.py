@@ -100,7 +100,7 @@ def test_crlf_and_carriage_return_progress_bars(tmp_path: Path, engine: str) -> 
 def test_a_match_across_a_block_boundary_is_found(tmp_path: Path, engine: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logscan, "BLOCK", 64)
-    lines = ["filler line %03d" % i for i in range(40)] + ["x" * 50 + " ncclCommWatchdog() crashed"]
+    lines = [f"filler line {i:03d}" for i in range(40)] + ["x" * 50 + " ncclCommWatchdog() crashed"]
     [match] = scan_file(write(tmp_path / "r.log", "\n".join(lines * 2) + "\n"))[:1]
     assert match["line"] == 41
     assert len(scan_file(tmp_path / "r.log")) == 2
@@ -163,3 +163,21 @@ def test_the_grep_patterns_find_the_same_lines(tmp_path: Path) -> None:
     finder = logscan.finder()
     data = log.read_bytes()
     assert int(out.stdout) == len(list(finder.candidates(data, 0, len(data))))
+
+
+@pytest.mark.parametrize("block", [7, 64, 4096])
+def test_line_numbers_are_exact_across_blocks(tmp_path: Path, engine: str, block: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compare against a plain line-by-line reading, with blocks much shorter than lines."""
+    monkeypatch.setattr(logscan, "BLOCK", block)
+    lines = []
+    for i in range(400):
+        if i % 37 == 5:
+            lines.append(f"[rank{i % 8}] Error 802: system not yet initialized" + "y" * (i % 90))
+        elif i % 53 == 11:
+            lines.append("z" * (i % 200) + " ncclCommWatchdog")
+        else:
+            lines.append("x" * (i % 150))
+    log = write(tmp_path / "train.log", "\n".join(lines))
+    expected = [n for n, text in enumerate(lines, 1) if "802" in text or "Watchdog" in text]
+    assert [m["line"] for m in scan_file(log)] == expected

@@ -191,10 +191,11 @@ def test_a_folder_with_trace_and_profile_uses_both(tmp_path: Path) -> None:
     tg.rank_with_cuda(tmp_path, 0, profile=True)
     [exp] = read(tmp_path).folders
     assert exp.trace is not None and exp.profile is not None and exp.profile.ok
-    assert [row["type"] for row in exp.profile.by_type] == ["CUDA", "USR", "SCOREP"]
+    assert [row["type"] for row in exp.profile.by_type] == ["ALL", "CUDA", "USR", "SCOREP"]
+    assert exp.profile.by_type[0]["percent"] == pytest.approx(100.0)
     top = {row["region"]: row for row in exp.profile.top_regions}
     assert top["ncclKernel_AllReduce_RING_LL_Sum_float"]["type"] == "CUDA"
-    assert sum(row["time"] for row in exp.profile.by_type) == pytest.approx(exp.profile.total_time)
+    assert sum(row["time"] for row in exp.profile.by_type[1:]) == pytest.approx(exp.profile.total_time)
     assert len(exp.cuda_locations) == 2
 
 
@@ -232,3 +233,13 @@ def test_symlinked_experiment_folders_are_not_followed_as_root_in_the_gate(tmp_p
     assert discover(job, follow_symlinks=False) == []
     assert [e.rank for e in discover(job)] == [0]
     shutil.rmtree(real)
+
+
+def test_cuda_api_without_gpu_streams_warns_that_kernels_were_not_recorded(tmp_path: Path) -> None:
+    tg.experiment(tmp_path / "scorep_rank_0", tg.Scenario(
+        [tg.Process(cuda=True)], {"SCOREP_CUDA_ENABLE": "'runtime'"}))
+    res = art(tmp_path, "ART002")["ART002"]
+    assert res.status == Status.WARN
+    assert "no GPU activity" in res.message
+    assert res.evidence[0].text == "SCOREP_CUDA_ENABLE=runtime"
+    assert res.remedies

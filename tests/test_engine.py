@@ -33,19 +33,19 @@ def case() -> Case:
 
 
 def test_failed_dependency_skips_its_dependents_saying_why(catalogue):
-    catalogue.check("TST901", "script", "base")(lambda facts: fail("boom"))
-    catalogue.check("TST902", "script", "dependent", depends_on=["TST901"])(lambda facts: passed("ran"))
-    run = run_checks(case(), ["TST902"])  # the dependency is pulled in and runs first
-    assert [r.check_id for r in run.results] == ["TST901", "TST902"]
-    second = run.result("TST902")
+    catalogue.check("ENG901", "script", "base")(lambda facts: fail("boom"))
+    catalogue.check("ENG902", "script", "dependent", depends_on=["ENG901"])(lambda facts: passed("ran"))
+    run = run_checks(case(), ["ENG902"])  # the dependency is pulled in and runs first
+    assert [r.check_id for r in run.results] == ["ENG901", "ENG902"]
+    second = run.result("ENG902")
     assert second.status.value == "skip"
-    assert second.message == "skipped: depends on TST901, which is fail (boom)"
+    assert second.message == "skipped: depends on ENG901, which is fail (boom)"
 
 
 def test_passed_dependency_lets_the_dependent_run(catalogue):
-    catalogue.check("TST901", "script", "base")(lambda facts: passed("fine"))
-    catalogue.check("TST902", "script", "dependent", depends_on=["TST901"])(lambda facts: passed("ran"))
-    assert run_checks(case(), ["TST902"]).result("TST902").message == "ran"
+    catalogue.check("ENG901", "script", "base")(lambda facts: passed("fine"))
+    catalogue.check("ENG902", "script", "dependent", depends_on=["ENG901"])(lambda facts: passed("ran"))
+    assert run_checks(case(), ["ENG902"]).result("ENG902").message == "ran"
 
 
 def test_probe_timeout_and_error_become_timeout_and_unknown(catalogue):
@@ -57,13 +57,13 @@ def test_probe_timeout_and_error_become_timeout_and_unknown(catalogue):
 
     catalogue.provider("tst_slow")(slow)
     catalogue.provider("tst_broken")(broken)
-    catalogue.check("TST901", "node", "slow", needs=["tst_slow"])(lambda facts: passed("never"))
-    catalogue.check("TST902", "node", "broken", needs=["tst_broken"])(lambda facts: passed("never"))
-    run = run_checks(case(), ["TST901", "TST902"])
-    assert run.result("TST901").status.value == "timeout"
-    assert run.result("TST901").message == "probe 'tst_slow' timed out: cuInit did not return within 1.0 s (killed)"
-    assert run.result("TST902").status.value == "unknown"
-    assert run.result("TST902").message == "probe 'tst_broken' failed: ValueError: bad NVML answer"
+    catalogue.check("ENG901", "node", "slow", needs=["tst_slow"])(lambda facts: passed("never"))
+    catalogue.check("ENG902", "node", "broken", needs=["tst_broken"])(lambda facts: passed("never"))
+    run = run_checks(case(), ["ENG901", "ENG902"])
+    assert run.result("ENG901").status.value == "timeout"
+    assert run.result("ENG901").message == "probe 'tst_slow' timed out: cuInit did not return within 1.0 s (killed)"
+    assert run.result("ENG902").status.value == "unknown"
+    assert run.result("ENG902").message == "probe 'tst_broken' failed: ValueError: bad NVML answer"
 
 
 def test_check_that_handles_failures_sees_the_probe_failure(catalogue):
@@ -72,17 +72,17 @@ def test_check_that_handles_failures_sees_the_probe_failure(catalogue):
 
     catalogue.provider("tst_broken")(broken)
     seen = []
-    catalogue.check("TST901", "script", "tolerant", needs=["tst_broken"], handles_failures=True)(
+    catalogue.check("ENG901", "script", "tolerant", needs=["tst_broken"], handles_failures=True)(
         lambda facts: seen.append(facts["tst_broken"]) or passed("coped"))
-    assert run_checks(case(), ["TST901"]).result("TST901").message == "coped"
+    assert run_checks(case(), ["ENG901"]).result("ENG901").message == "coped"
     assert isinstance(seen[0], ProbeFailure) and seen[0].kind == "error"
 
 
 def test_check_bug_is_unknown_not_a_crash(catalogue):
-    catalogue.check("TST901", "script", "buggy")(lambda facts: 1 / 0)
-    result = run_checks(case(), ["TST901"]).result("TST901")
+    catalogue.check("ENG901", "script", "buggy")(lambda facts: 1 / 0)
+    result = run_checks(case(), ["ENG901"]).result("ENG901")
     assert result.status.value == "unknown"
-    assert result.message == "internal error in TST901: ZeroDivisionError: division by zero"
+    assert result.message == "internal error in ENG901: ZeroDivisionError: division by zero"
 
 
 def test_isolated_probe_is_capped_by_the_budget(catalogue):
@@ -93,22 +93,22 @@ def test_isolated_probe_is_capped_by_the_budget(catalogue):
         return "done"
 
     catalogue.provider("tst_sleep", timeout=60)(sleeper)
-    catalogue.check("TST901", "node", "sleepy", needs=["tst_sleep"])(lambda facts: passed("never"))
+    catalogue.check("ENG901", "node", "sleepy", needs=["tst_sleep"])(lambda facts: passed("never"))
     t0 = time.monotonic()
-    run = run_checks(case(), ["TST901"], budget_s=1.0)
+    run = run_checks(case(), ["ENG901"], budget_s=1.0)
     assert time.monotonic() - t0 < 1.0 + 1.5
-    assert run.result("TST901").status.value == "timeout"
+    assert run.result("ENG901").status.value == "timeout"
 
 
 def test_runner_stops_waiting_for_a_probe_that_ignores_the_budget(catalogue):
     release = threading.Event()
     catalogue.provider("tst_stuck")(lambda ctx: release.wait(30) and "late")
-    catalogue.check("TST901", "node", "stuck", needs=["tst_stuck"])(lambda facts: passed("never"))
+    catalogue.check("ENG901", "node", "stuck", needs=["tst_stuck"])(lambda facts: passed("never"))
     try:
         t0 = time.monotonic()
-        run = run_checks(case(), ["TST901"], budget_s=0.5)
+        run = run_checks(case(), ["ENG901"], budget_s=0.5)
         assert time.monotonic() - t0 < 0.5 + 2.0
-        result = run.result("TST901")
+        result = run.result("ENG901")
         assert result.status.value == "timeout"
         assert "the run's time budget ran out" in result.message
     finally:
@@ -125,18 +125,18 @@ def test_independent_probes_run_in_parallel(catalogue):
 
     catalogue.provider("tst_a")(meet)
     catalogue.provider("tst_b")(meet)
-    catalogue.check("TST901", "script", "a", needs=["tst_a"])(lambda facts: passed(facts["tst_a"]))
-    catalogue.check("TST902", "script", "b", needs=["tst_b"])(lambda facts: passed(facts["tst_b"]))
-    run = run_checks(case(), ["TST901", "TST902"], budget_s=20)
+    catalogue.check("ENG901", "script", "a", needs=["tst_a"])(lambda facts: passed(facts["tst_a"]))
+    catalogue.check("ENG902", "script", "b", needs=["tst_b"])(lambda facts: passed(facts["tst_b"]))
+    run = run_checks(case(), ["ENG901", "ENG902"], budget_s=20)
     assert [r.message for r in run.results] == ["met", "met"]
 
 
 def test_a_fact_is_gathered_once_per_run(catalogue):
     calls = []
     catalogue.provider("tst_once")(lambda ctx: calls.append(1) or len(calls))
-    for cid in ("TST901", "TST902", "TST903"):
+    for cid in ("ENG901", "ENG902", "ENG903"):
         catalogue.check(cid, "script", cid, needs=["tst_once"])(lambda facts: passed(str(facts["tst_once"])))
-    run = run_checks(case(), ["TST901", "TST902", "TST903"])
+    run = run_checks(case(), ["ENG901", "ENG902", "ENG903"])
     assert calls == [1] and {r.message for r in run.results} == {"1"}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -89,6 +90,7 @@ def test_gate_imports_neither_textual_nor_torch(fake_node, tmp_path):
         "rc = main(['--check-only', '--playbook', 'prologue', '-q'])\n"
         f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
         "print('HEAVY', ','.join(heavy), file=sys.stderr)\n"
+
         "sys.exit(rc)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=fake_node("healthy"), capture_output=True,
@@ -96,6 +98,24 @@ def test_gate_imports_neither_textual_nor_torch(fake_node, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("gpu-doctor: OK")  # it really ran the checks
     assert "HEAVY \n" in proc.stderr
+
+
+def test_prologue_gate_imports_only_the_layers_it_runs(fake_node, tmp_path):
+    # Fast start, and a broken module of another layer cannot fail a Slurm prologue.
+    code = (
+        "import sys\n"
+        "from doctor.cli import main\n"
+        "rc = main(['--check-only', '-q'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('checks.', 'remedies.', 'doctor.jobfolder',"
+        " 'doctor.artifacts'))), file=sys.stderr)\n"
+        "sys.exit(rc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=fake_node("healthy"), capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    loaded = ast.literal_eval(proc.stderr.strip().splitlines()[-1])
+    assert "checks.node" in loaded
+    assert not [m for m in loaded if m.startswith(("checks.script", "checks.scorep", "doctor.jobfolder"))]
 
 
 def test_json_file_that_cannot_be_written_is_exit_2(fake_node, tmp_path):

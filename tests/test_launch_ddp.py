@@ -8,13 +8,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from launch_util import (
+    PYTHON,
+    cli_env,
+    fake_scorep_env,
+    group_members,
+    running,
+    wait_until,
+    write_job,
+)
 
 from doctor.launch.engine import Launcher
 from doctor.launch.events import Event, RankExited, RankState, RunFinished
 from doctor.launch.spec import LaunchSpec
-from launch_util import (
-    PYTHON, cli_env, fake_scorep_env, group_members, running, wait_until, write_job,
-)
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow

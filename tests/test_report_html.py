@@ -8,8 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from report_util import make_job, secret_check
-from test_report_output import NO_NODE
+from report_util import NO_NODE, make_job, secret_check
 
 from doctor.report import cli
 
@@ -30,7 +29,8 @@ def test_html_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     shot = load_script()
     binary = shot.find_chromium()
     if binary is None:
-        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); the HTML is checked as text elsewhere")
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); the HTML is checked as text "
+                    "in test_report_output")
     root = make_job(tmp_path / "job")
     page = tmp_path / "report.html"
     with secret_check(tmp_path) as playbook:

@@ -17,17 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_util import report_validator
+from report_util import no_torch_python, report_validator
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def no_torch_python(tmp_path: Path) -> Path:
-    """An interpreter for the framework probe: this Python without site-packages (no torch)."""
-    wrapper = tmp_path / "python-no-torch"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper
 
 
 def report(tmp_path: Path, env: dict[str, str] | None, name: str = "r.json", *extra: str) -> tuple[int, str]:

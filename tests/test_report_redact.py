@@ -22,7 +22,8 @@ def redactor(**kw: object) -> Redactor:
 
 
 @pytest.mark.parametrize("name, allowed", [
-    ("CUDA_VISIBLE_DEVICES", True), ("NCCL_DEBUG", True), ("TORCH_HOME", True), ("PYTORCH_CUDA_ALLOC_CONF", True),
+    ("CUDA_VISIBLE_DEVICES", True), ("NCCL_DEBUG", True), ("TORCH_HOME", True),
+    ("PYTORCH_CUDA_ALLOC_CONF", True),
     ("SCOREP_TOTAL_MEMORY", True), ("SLURM_JOB_ID", True), ("OMP_NUM_THREADS", True), ("MASTER_ADDR", True),
     ("RANK", True), ("WORLD_SIZE", True), ("LOCAL_RANK", True),
     ("HF_TOKEN", False), ("PATH", False), ("HOME", False), ("LD_PRELOAD", False), ("CUDAX", False),
@@ -64,6 +65,8 @@ def test_url_credentials_are_removed(raw: str, expected: str) -> None:
     ("openai sk-proj-abcdefghijklmnopqrstuvwx", "sk-proj-abcdefghij", "api_token"),
     ("export MY_DB_PASSWORD=s3cr3t-value", "s3cr3t-value", "secret_assignment"),
     ("python train.py --hub-token abc123secret --lr 3", "abc123secret", "secret_assignment"),
+    ('{"apiKey": "zzz-secret-1"}', "zzz-secret-1", "secret_assignment"),
+    ("accessToken=qqq-secret-2 SECRET_KEY_BASE=abc", "qqq-secret-2", "secret_assignment"),
     ("blob Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MEFCQ0RFRkdISUpL end", "Zm9vYmFy", "high_entropy"),
 ])
 def test_token_like_strings_in_log_lines_are_masked(raw: str, secret: str, rule: str) -> None:
@@ -83,6 +86,8 @@ def test_token_like_strings_in_log_lines_are_masked(raw: str, secret: str, rule:
     "export SCOREP_CUDA_ENABLE=kernel,memcpy,sync",
     "export HF_TOKEN=$HF_TOKEN",
     "GPU003 fail: cudaGetDeviceCount returned 802 (cudaErrorSystemNotReady)",
+    "--max_new_tokens 512 tokenizer_name=bert-base num_tokens: 4096 --max-tokens=8",
+    "author: jane; Error: CUDA error; see http://docs.example.org/x",
 ])
 def test_ordinary_diagnostics_survive_redaction(text: str) -> None:
     r = Redactor()
@@ -141,6 +146,13 @@ def test_document_pass_reaches_keys_nested_values_and_environments() -> None:
     assert out["environment"]["process"] == {"NCCL_IB_AUTH": MASK, "SCOREP_CUDA_BUFFER": "1M"}
     assert out["environment"]["job"] == {"OMP_NUM_THREADS": "4"}
     assert out["data"] == {"HF_TOKEN": MASK, "count": 3}
+
+
+def test_objects_that_are_not_json_go_out_redacted_as_text() -> None:
+    from pathlib import Path
+
+    out = redactor().document({"data": {"script": Path("/home/alice/train.py"), "n": 3, "ok": None}})
+    assert out == {"data": {"script": "~/train.py", "n": 3, "ok": None}}
 
 
 def test_summary_counts_only_rules_that_fired() -> None:

@@ -167,7 +167,10 @@ def read_experiment(path: Path, kind: str, rank: int | None) -> ExperimentDir:
 
 
 def discover(root: Path, follow_symlinks: bool = True) -> list[ExperimentDir]:
-    """Experiment folders under root (root itself included), sorted by path."""
+    """Experiment folders under root (root itself when it is one), ranks first, then by path."""
+    if _has_marker(root):
+        kind, rank = classify(root.name) or ("named", None)
+        return [read_experiment(root, kind, rank)]
     found: list[ExperimentDir] = []
     visited = 0
     stack: list[tuple[Path, int]] = [(root, 0)]
@@ -177,11 +180,7 @@ def discover(root: Path, follow_symlinks: bool = True) -> list[ExperimentDir]:
         try:
             with os.scandir(folder) as it:
                 children = [e for e in it if _is_dir(e, follow_symlinks)]
-                names = set(os.listdir(folder)) if depth == 0 else set()
         except OSError:
-            continue
-        if depth == 0 and any(m in names for m in MARKERS[:3]):
-            found.append(read_experiment(folder, "named", None))
             continue
         for entry in children:
             known = classify(entry.name)
@@ -191,7 +190,7 @@ def discover(root: Path, follow_symlinks: bool = True) -> list[ExperimentDir]:
                 found.append(read_experiment(path, kind, rank))
             elif depth + 1 < MAX_DEPTH and not _skipped(entry.name, path):
                 stack.append((path, depth + 1))
-    return sorted(found, key=lambda e: (e.rank if e.rank is not None else -1, e.path))
+    return sorted(found, key=lambda e: (e.rank is None, e.rank or 0, e.path))
 
 
 def _is_dir(entry: os.DirEntry[str], follow_symlinks: bool) -> bool:

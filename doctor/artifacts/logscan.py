@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 BLOCK = 8 << 20
-MAX_CARRY = 4 << 20  # a line longer than this is cut (a match across the cut is lost)
+MAX_CARRY = 16 << 20  # a line longer than this is cut (a match across the cut is lost)
 MAX_PER_FILE = 50  # matches kept per (file, signature)
 FOLLOW_LINES = 4  # how far below its first line a multi-line message may continue
 TEXT_CHARS = 400
@@ -147,7 +147,8 @@ class _Finder:
             if p <= last_end:
                 continue
             line_end = _line_end(buf, p, end)
-            m = self.python.search(buf, buf.rfind(b"\n", start, p) + 1, line_end)
+            line_start = buf.rfind(b"\n", start, p)
+            m = self.python.search(buf, start if line_start < 0 else line_start + 1, line_end)
             last_end = line_end
             if m is not None:
                 yield m.start()
@@ -246,41 +247,75 @@ def _printable(segment: str, at: int) -> str:
     return "".join(c if c.isprintable() or c == "\t" else "?" for c in segment.strip())
 
 
+def _count_newlines(block: bytes) -> int:
+    """Newlines in a block: numpy's vectorised compare is ~4x bytes.count when available."""
+    try:
+        import numpy as np
+    except ImportError:
+        return block.count(b"\n")
+    return int(np.count_nonzero(np.frombuffer(block, np.uint8) == 10))
+
+
 def scan_file(path: str | Path, deadline: float | None = None) -> list[dict[str, Any]]:
     """All signature matches in one file, in line order. Raises OSError if unreadable,
     TimeoutError (naming how far it got) when the deadline passes."""
-    find = finder()
     scan = _FileScan(str(path))
+    before = 0  # newlines before the current block: the carried line is line before + 1
+    offset = 0
+    head = b""  # the unfinished line before the current block (no newline in it)
     with open(path, "rb") as fh:
-        carry = b""
-        line_base = 1
-        done = 0
         while True:
             block = fh.read(BLOCK)
-            buf = carry + block if carry else block
-            if block:
-                end = buf.rfind(b"\n") + 1
-                if end == 0:
-                    if len(buf) <= MAX_CARRY:
-                        carry = buf
-                        continue
-                    end = len(buf)
-            else:
-                end = len(buf)
-            counted, counted_lines = 0, line_base
-            for pos in find.candidates(buf, 0, end):
-                start = buf.rfind(b"\n", 0, pos) + 1
-                counted_lines += buf.count(b"\n", counted, start)
-                counted = start
-                scan.line(buf[start:_line_end(buf, pos, end)].rstrip(b"\r"), counted_lines)
-            line_base += buf.count(b"\n", 0, end)
-            carry = buf[end:]
-            done += len(block)
             if not block:
-                break
+                _search(scan, head, 0, len(head), _SameLine(before + 1))
+                return scan.matches
+            first = block.find(b"\n")
+            if first < 0 and len(head) + len(block) <= MAX_CARRY:
+                head += block
+            else:
+                # the carried line ends in this block (or is too long to carry: cut it)
+                cut = first if first >= 0 else len(block)
+                line = head + block[:cut] if head else block[:cut]
+                _search(scan, line, 0, len(line), _SameLine(before + 1))
+                last = block.rfind(b"\n")
+                if first >= 0 and last > first:
+                    _search(scan, block, first + 1, last, _InBlock(block, before))
+                head = block[last + 1:] if first >= 0 else b""
+            before += _count_newlines(block)
+            offset += len(block)
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"{path}: stopped after {done >> 20} MiB (time budget)")
-    return scan.matches
+                raise TimeoutError(f"{path}: stopped after {offset >> 20} MiB (time budget)")
+
+
+class _SameLine:
+    """Line numbers for the carried line: every candidate in it is on the same line."""
+
+    def __init__(self, line: int):
+        self.line = line
+
+    def __call__(self, _line_start: int) -> int:
+        return self.line
+
+
+class _InBlock:
+    """Line numbers inside one block, counted incrementally up to each matching line."""
+
+    def __init__(self, block: bytes, before: int):
+        self.block, self.pos, self.lines = block, 0, before
+
+    def __call__(self, line_start: int) -> int:
+        self.lines += self.block.count(b"\n", self.pos, line_start)
+        self.pos = line_start
+        return self.lines + 1
+
+
+def _search(scan: _FileScan, buf: bytes, start: int, end: int, line_of: Callable[[int], int]) -> None:
+    """Hand every candidate line in buf[start:end] (end: a newline or the end) to `scan`."""
+    if end <= start:
+        return
+    for pos in finder().candidates(buf, start, end):
+        line_start = buf.rfind(b"\n", start, pos) + 1 or start
+        scan.line(buf[line_start:_line_end(buf, pos, end)].rstrip(b"\r"), line_of(line_start))
 
 
 LOG_GLOBS = ("*.log", "*.err", "*.out", "slurm-*.out")

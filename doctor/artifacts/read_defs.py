@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sys
 import tarfile
 import xml.etree.ElementTree as ET
@@ -102,7 +103,8 @@ def profile_definitions(path: str) -> dict[str, Any]:
 
 
 def score_view(path: str) -> dict[str, Any]:
-    """The `scorep-score`-like view: visits and exclusive time per type and per region."""
+    """The `scorep-score`-like view: visits and exclusive time per type (ALL first) and the top
+    regions, summed over all locations (scorep-score's max_buf column needs the trace sizes: omitted)."""
     from pycubexr import CubexParser
 
     with CubexParser(path) as cube:
@@ -126,12 +128,16 @@ def score_view(path: str) -> dict[str, Any]:
         acc[0] += v
         acc[1] += t
     total = sum(t for _, t in by_type.values())
+    by_type["ALL"] = [sum(v for v, _ in by_type.values()), total]
     rows = sorted(by_region.items(), key=lambda kv: -kv[1][1])[:TOP_REGIONS]
+
+    def pct(t: float) -> float:
+        return 100.0 * t / total if total > 0 else 0.0
     return {
         "total_time": total,
-        "by_type": [{"type": k, "visits": int(v), "time": t} for k, (v, t) in
-                    sorted(by_type.items(), key=lambda kv: -kv[1][1])],
-        "top_regions": [{"type": k, "region": name, "visits": int(v), "time": t}
+        "by_type": [{"type": k, "visits": int(v), "time": t, "percent": pct(t)} for k, (v, t) in
+                    sorted(by_type.items(), key=lambda kv: (kv[0] != "ALL", -kv[1][1]))],
+        "top_regions": [{"type": k, "region": name, "visits": int(v), "time": t, "percent": pct(t)}
                         for (k, name), (v, t) in rows],
     }
 
@@ -188,4 +194,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # This file's folder is sys.path[0]: drop it so its siblings (facts.py, summary.py...)
+    # can never shadow a module otf2 or pycubexr imports.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     sys.exit(main(sys.argv[1:]))

@@ -17,13 +17,13 @@ EVIDENCE_LINES = 8
 SIGNATURE_CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "cupti_dropped": ("SCP004", ("scorep-cuda-buffer",)),
     "memory_clamp": ("SCP003", ("scorep-total-memory",)),
-    "unknown_option_dashdash": ("SCP005", ("scorep-remove-dashdash",)),
+    "unknown_option_dashdash": ("SCP005", ("scorep-drop-dashdash",)),
     "nccl_watchdog_teardown": ("SCR002", ("destroy-process-group",)),
-    "fp16_valueerror": ("TRN002", ("node-cuda-warmup",)),
-    "cuda_802": ("GPU003", ("node-cuda-warmup",)),
-    "experiment_collision": ("SCP006", ("scorep-experiment-dir",)),
+    "fp16_valueerror": ("TRN002", ("cuda-warmup",)),
+    "cuda_802": ("GPU003", ("node-cuda-warmup", "node-exclude")),
+    "experiment_collision": ("SCP006", ("scorep-per-rank-dirs",)),
     "tpd_zero": ("SCR002", ("destroy-process-group",)),
-    "lbm_conflict": ("TRN001", ("trainer-load-best-model",)),
+    "lbm_conflict": ("TRN001", ("trainer-lbm-off",)),
 }
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from doctor.jobfolder.model import Launch, ScorepWrap, Spawner, Wrapper
 
@@ -42,9 +42,9 @@ _NSYS_VALUE = {"-o", "--output", "-t", "--trace", "-s", "--sample", "-d", "--dur
                "-c", "--capture-range", "--stats", "-f", "--force-overwrite", "--cuda-memory-usage",
                "-w", "--show-output", "-e", "--env-var", "-b", "--backtrace", "-x", "--stop-on-exit",
                "--gpu-metrics-device", "-k", "--kernel-name", "--metrics", "--section", "--set",
-               "-n", "--nvtx", "--target-processes", "--replay-mode", "--launch-count", "-c"}
+               "-n", "--nvtx", "--target-processes", "--replay-mode", "--launch-count"}
 _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path",
-                   "--run_path", "--no-python", "--master_addr_only"}
+                   "--run_path", "--master_addr_only"}
 _ACCELERATE_FLAGS = {"--multi_gpu", "--cpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm",
                      "--use_xpu", "--debug", "-m", "--module", "--no_python", "--quiet", "-q", "--tpu",
                      "--same_network", "--dynamo_use_fullgraph", "--dynamo_use_dynamic", "--multi-gpu"}

@@ -17,7 +17,18 @@ from pathlib import Path
 from doctor.case import Case
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder import pyscan, trainer
-from doctor.jobfolder.model import Command, EnvVar, ImportSite, Job, Launch, Note, PyScript, Site, TrainerArgs
+from doctor.jobfolder.model import (
+    Command,
+    EnvVar,
+    ImportSite,
+    Job,
+    Launch,
+    Note,
+    PyScript,
+    ShellFile,
+    Site,
+    TrainerArgs,
+)
 from doctor.jobfolder.reading import Source, inside, peek, read_source
 from doctor.jobfolder.shell import ShellState, ShellWalker
 
@@ -110,6 +121,8 @@ class JobBuilder:
         src = self.read(path, python=True)
         if src.text is None:
             script = PyScript(path, role, origin, src.problem)
+        elif src.kind == "empty" and role != "module":
+            script = PyScript(path, role, origin, "empty file: nothing to analyse")
         else:
             script = pyscan.analyse(path, src.text, role, origin=origin, notes=src.notes)
         if store:
@@ -178,8 +191,7 @@ class JobBuilder:
         for path in shells:
             probe.run_file(path, ShellState(dict(base_env), cwd), 0, "job")
         tops = [p for p in shells if p not in probe.referenced or p in self.launch_override]
-        tops.sort(key=lambda p: (not any(o.name for o in (probe.files.get(p).sbatch if probe.files.get(p) else ())),
-                                 p))
+        tops.sort(key=lambda p: (not _has_sbatch(probe.files.get(p)), p))
         for flow, path in enumerate(tops):
             walker.run_file(path, ShellState(dict(base_env), cwd), flow, "job")
         commands = [self._link(c) for c in walker.commands]
@@ -277,6 +289,10 @@ class JobBuilder:
         interp = launch.interpreter if launch is not None else None
         python = interp if interp and argvmod.is_python(interp) else None
         return dict(chosen.env), python
+
+
+def _has_sbatch(f: ShellFile | None) -> bool:
+    return f is not None and bool(f.sbatch)
 
 
 def load_job(case: Case) -> Job:

@@ -7,8 +7,9 @@ finding can always say file:line and a remedy knows what to edit.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from doctor.model import Evidence
 

@@ -179,7 +179,7 @@ class _Scan(ast.NodeVisitor):
         self.generic_visit(node)
         self.guards.pop()
 
-    visit_TryStar = visit_Try
+    visit_TryStar = visit_Try  # type: ignore[assignment]
 
     # -- calls ------------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:

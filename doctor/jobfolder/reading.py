@@ -138,7 +138,7 @@ def read_source(path: str, root: str | None, no_symlinks: bool = False, python: 
     if data is None:
         return Source(path, None, problem, kind, size=size)
     if not data.strip():
-        return Source(path, None, "empty file", "empty", size=size)
+        return Source(path, "", None, "empty", ("empty file",), size=size)
     if b"\0" in data[:BINARY_PROBE]:
         return Source(path, None, "binary file (NUL bytes), not a script", "binary", size=size)
     text, notes = decode(data, python)

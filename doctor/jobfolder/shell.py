@@ -15,15 +15,15 @@ import bisect
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import (
     TASK_WRAPPERS,
     Command,
     EnvVar,
-    Launch,
     Loop,
     Note,
     SbatchOption,
@@ -33,7 +33,7 @@ from doctor.jobfolder.model import (
 )
 from doctor.jobfolder.reading import Source, inside
 from doctor.jobfolder.shellprep import Prepared, prepare
-from doctor.jobfolder.words import RANK_VARS, Expanded, expand, try_arith
+from doctor.jobfolder.words import RANK_VARS, Expanded, skip_dq, expand, match_close, try_arith
 
 MAX_DEPTH = 8
 MAX_CHUNK_LINES = 40
@@ -96,6 +96,32 @@ class Ctx:
     background: bool = False
     condition: bool = False
     wrappers: tuple[Wrapper, ...] = ()
+
+
+def split_words(text: str) -> list[str]:
+    """Split at blanks outside quotes and parentheses (`seq 0 $((N - 1))` -> 3 words)."""
+    words: list[str] = []
+    cur = ""
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c in "\"'(":
+            end = match_close(text, i, "(", ")") if c == "(" else (
+                text.find("'", i + 1) if c == "'" else skip_dq(text, i) - 1)
+            end = len(text) - 1 if end < 0 else end
+            cur += text[i:end + 1]
+            i = end + 1
+            continue
+        if c.isspace():
+            if cur:
+                words.append(cur)
+            cur = ""
+        else:
+            cur += c
+        i += 1
+    if cur:
+        words.append(cur)
+    return words
 
 
 def line_starts(text: str) -> list[int]:
@@ -220,7 +246,7 @@ class ShellWalker:
             self.files[path] = ShellFile(path, "job", analysed=False)
         else:
             for n in src.notes:
-                self.notes.append(Note(path, n, None, "encoding"))
+                self.notes.append(Note(path, n, None, "empty" if src.kind == "empty" else "encoding"))
             prep = prepare(src.text)
             fctx = FileCtx(path, src.text, prep, line_starts(src.text))
             nodes = parse_nodes(prep, path, self.notes)
@@ -337,10 +363,15 @@ class ShellWalker:
     def _items_count(self, items: list[Any], ctx: Ctx) -> int | None:
         total = 0
         for item in items:
-            raw = ctx.file.raw(item)
-            seq = re.fullmatch(r"\$\(\s*seq\s+([^)]*)\)|`\s*seq\s+([^`]*)`", raw.strip())
-            if seq:
-                args = [self._expand(a, ctx, split=False) for a in (seq.group(1) or seq.group(2)).split()]
+            raw = ctx.file.raw(item).strip()
+            inner = None
+            if raw.startswith("$(") and raw.endswith(")") and match_close(raw, 1, "(", ")") == len(raw) - 1:
+                inner = raw[2:-1]
+            elif raw.startswith("`") and raw.endswith("`") and len(raw) > 1:
+                inner = raw[1:-1]
+            words = split_words(inner) if inner is not None else []
+            if words and words[0] == "seq":
+                args = [self._expand(a, ctx, split=False) for a in words[1:]]
                 nums = [try_arith(a.value, ctx.state.vars.get) if a.known else None for a in args]
                 if any(v is None for v in nums) or not 1 <= len(nums) <= 3:
                     return None
@@ -349,7 +380,7 @@ class ShellWalker:
                     (vals[0], 1, vals[1]) if len(vals) == 2 else (vals[0], vals[1], vals[2]))
                 total += len(range(lo, hi + 1, step)) if step else 0
                 continue
-            brace = re.fullmatch(r"\{(-?\d+)\.\.(-?\d+)\}", raw.strip())
+            brace = re.fullmatch(r"\{(-?\d+)\.\.(-?\d+)\}", raw)
             if brace:
                 lo, hi = int(brace.group(1)), int(brace.group(2))
                 total += abs(hi - lo) + 1
@@ -434,8 +465,8 @@ class ShellWalker:
         line = fctx.line(node.pos[0])
         end_line = fctx.line(max(node.pos[0], node.pos[1] - 1))
         site = Site(fctx.path, line, fctx.line_text(line))
-        assigns = []
-        words = []
+        assigns: list[Any] = []
+        words: list[Any] = []
         heredoc = None
         for p in node.parts:
             if p.kind == "assignment" and not words:

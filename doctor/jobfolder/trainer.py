@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from doctor.jobfolder.model import UNKNOWN, ArgValue, Command, KwCall, Site, TrainerArgs
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from doctor.jobfolder.model import EnvVar
 
@@ -56,7 +56,7 @@ def match_close(text: str, i: int, open_ch: str, close_ch: str) -> int:
             i = n if j < 0 else j + 1
             continue
         if c == '"' and open_ch != '"':
-            i = _skip_dq(text, i)
+            i = skip_dq(text, i)
             continue
         if c == open_ch:
             depth += 1
@@ -68,7 +68,7 @@ def match_close(text: str, i: int, open_ch: str, close_ch: str) -> int:
     return n
 
 
-def _skip_dq(text: str, i: int) -> int:
+def skip_dq(text: str, i: int) -> int:
     """Index just after the double-quoted string starting at text[i]."""
     i += 1
     n = len(text)
@@ -110,7 +110,7 @@ class Expander:
                 self._lit(raw[i + 1:j])
                 i = j + 1
             elif c == '"':
-                end = _skip_dq(raw, i)
+                end = skip_dq(raw, i)
                 self._dq(raw[i + 1:end - 1 if end <= n and raw[end - 1:end] == '"' else end])
                 i = end
             elif c == "\\":

@@ -18,8 +18,9 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from doctor.case import Case
 from doctor.cli import Parser, UsageError, positive_float
@@ -95,6 +96,20 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def join_flag_values(opts: list[str]) -> list[str]:
+    """`--scorep-flags --cuda` -> `--scorep-flags=--cuda` (argparse takes `--cuda` for an option)."""
+    out: list[str] = []
+    i = 0
+    while i < len(opts):
+        if opts[i] == "--scorep-flags" and i + 1 < len(opts):
+            out.append(f"--scorep-flags={opts[i + 1]}")
+            i += 2
+            continue
+        out.append(opts[i])
+        i += 1
+    return out
+
+
 def scorep_flags(text: str) -> tuple[str, ...]:
     try:
         flags = tuple(shlex.split(text))
@@ -164,7 +179,7 @@ def nodes(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, tuple[str
 
 
 def install_signals(launcher: Launcher) -> dict[int, Any]:
-    previous = {}
+    previous: dict[int, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         previous[sig] = signal.signal(sig, lambda signum, _frame: launcher.signal_stop(signum))
     return previous
@@ -217,7 +232,7 @@ def run_launch(spec: LaunchSpec, plain: bool, quiet: bool) -> int:
 
 def main(argv: Sequence[str]) -> int:
     opts, command = split_command(list(argv))
-    args = build_parser().parse_args(opts)
+    args = build_parser().parse_args(join_flag_values(opts))
     env = dict(os.environ)
     spec = build_spec(args, command, env)
     if spec.instrumented:

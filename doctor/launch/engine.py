@@ -23,14 +23,28 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 from doctor.launch import rendezvous, slurm
 from doctor.launch.events import (
-    Event, Note, RankExited, RankOutput, RankProgress, RankResult, RankStarted, RankState,
-    RankStateChanged, RankStatus, RunFinished, RunStarted, RunSummary, WarmupAttempt, shell_code,
+    Event,
+    Note,
+    RankExited,
+    RankOutput,
+    RankProgress,
+    RankResult,
+    RankStarted,
+    RankState,
+    RankStateChanged,
+    RankStatus,
+    RunFinished,
+    RunStarted,
+    RunSummary,
+    WarmupAttempt,
+    shell_code,
 )
 from doctor.launch.output import LineSplitter
 from doctor.launch.progress import Progress, merge_progress, parse_progress
@@ -43,6 +57,11 @@ TAIL_LINES = 20
 RENDEZVOUS_POLL_S = 0.25
 EXIT_RENDEZVOUS_TIMEOUT = 124
 EXIT_WARMUP_FAILED = 1
+
+
+def _wanted(ev: Event, rank: int | None) -> bool:
+    """Events of `rank` (all when None); RunFinished always, so every stream ends."""
+    return rank is None or isinstance(ev, RunFinished) or getattr(ev, "rank", None) == rank
 
 
 @dataclass
@@ -95,7 +114,7 @@ class Launcher:
 
     # ---- public API -------------------------------------------------------------------------
 
-    def start(self) -> "Launcher":
+    def start(self) -> Launcher:
         if self._started:
             raise RuntimeError("a Launcher starts once")
         self._started = True
@@ -134,10 +153,10 @@ class Launcher:
     def pids(self) -> dict[int, int]:
         return {r: s.pid for r, s in self._status.items() if s.pid is not None}
 
-    def subscribe(self) -> Iterator[Event]:
-        """A blocking iterator over every event, ending after RunFinished."""
+    def subscribe(self, rank: int | None = None) -> Iterator[Event]:
+        """A blocking iterator over every event (or one rank's and RunFinished), ending after RunFinished."""
         q: queue.SimpleQueue[Event] = queue.SimpleQueue()
-        self.add_sink(q.put)
+        self.add_sink(lambda ev: q.put(ev) if _wanted(ev, rank) else None)
 
         def iterate() -> Iterator[Event]:
             while True:
@@ -147,11 +166,19 @@ class Launcher:
                     return
         return iterate()
 
-    def subscribe_async(self) -> AsyncIterator[Event]:
-        """An async iterator over every event (call from inside the event loop)."""
+    def subscribe_async(self, rank: int | None = None) -> AsyncIterator[Event]:
+        """An async iterator over every event, or one rank's (call inside the event loop).
+
+        One subscription per rank gives the TUI its one async worker per rank.
+        """
         loop = asyncio.get_running_loop()
         q: asyncio.Queue[Event] = asyncio.Queue()
-        self.add_sink(lambda ev: loop.call_soon_threadsafe(q.put_nowait, ev))
+
+        def sink(ev: Event) -> None:
+            if _wanted(ev, rank):
+                loop.call_soon_threadsafe(q.put_nowait, ev)
+
+        self.add_sink(sink)
 
         async def iterate() -> AsyncIterator[Event]:
             while True:
@@ -512,8 +539,8 @@ class Launcher:
             code = shell_code(first.returncode)
             reason = f"rank {first.rank} failed first ({first.ended_text})"
             if killed:
-                after = f"after the {self.spec.grace_s:g} s grace" if stopped and stopped[0].startswith("rank ") \
-                    else f"({stopped[0]})" if stopped else ""
+                why = stopped[0] if stopped else "stopped"
+                after = f"after the {self.spec.grace_s:g} s grace" if why.startswith("rank ") else f"({why})"
                 reason += f"; stopped rank{'s' if len(killed) > 1 else ''} {', '.join(map(str, killed))} {after}"
         elif stopped:
             code, reason = stopped[1], f"{stopped[0]}; stopped {len(killed)} of {n} ranks"

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 
-class RankState(str, enum.Enum):
+class RankState(enum.StrEnum):
     """Where a rank is. DONE/FAILED/KILLED are final."""
 
     PENDING = "pending"      # planned, not started (warm-up still running)

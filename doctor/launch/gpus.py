@@ -69,7 +69,7 @@ class GpuMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "GpuMonitor":
+    def start(self) -> GpuMonitor:
         self._thread = threading.Thread(target=self._loop, name="gpu-monitor", daemon=True)
         self._thread.start()
         return self

@@ -39,7 +39,8 @@ def client_inodes(port: int) -> set[str]:
 
 def _descendants(pid: int) -> list[int]:
     """pid and its descendants (via /proc/PID/task/TID/children)."""
-    out, todo = [], [pid]
+    out: list[int] = []
+    todo = [pid]
     while todo and len(out) < 512:
         p = todo.pop()
         out.append(p)

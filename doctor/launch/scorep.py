@@ -8,8 +8,8 @@ module importable by the job's interpreter (`python -m scorep`).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from doctor.isolate import run_isolated
 

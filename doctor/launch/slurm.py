@@ -19,8 +19,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from doctor.launch.spec import LaunchSpec, rank_command
 

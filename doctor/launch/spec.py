@@ -16,9 +16,9 @@ import datetime as dt
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 DEFAULT_SCOREP_FLAGS = ("--cuda", "--thread=pthread")
 

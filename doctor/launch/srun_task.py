@@ -16,7 +16,7 @@ import argparse
 import os
 import re
 import sys
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from doctor.launch.spec import experiment_dir
 

@@ -7,11 +7,20 @@ gpu-doctor says goes to stderr. Both views are event sinks for the engine.
 from __future__ import annotations
 
 import sys
-from typing import IO, TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
 
 from doctor.launch.events import (
-    Event, Note, RankExited, RankOutput, RankStarted, RankState, RankStatus, RunStarted,
-    RunSummary, WarmupAttempt,
+    Event,
+    Note,
+    RankExited,
+    RankOutput,
+    RankStarted,
+    RankState,
+    RankStatus,
+    RunStarted,
+    RunSummary,
+    WarmupAttempt,
 )
 from doctor.launch.gpus import GpuSample
 
@@ -89,7 +98,7 @@ def gpu_table(samples: tuple[GpuSample, ...], error: str | None) -> Any:
 
 
 def live_renderable(header: str, statuses: tuple[RankStatus, ...], samples: tuple[GpuSample, ...],
-                    error: str | None) -> "RenderableType":
+                    error: str | None) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
 
@@ -111,11 +120,11 @@ class LiveView:
         self.live = Live(get_renderable=self._render, console=self.console, refresh_per_second=4,
                          transient=False, redirect_stdout=False, redirect_stderr=False)
 
-    def _render(self) -> "RenderableType":
+    def _render(self) -> RenderableType:
         samples, error = self._get_gpus()
         return live_renderable(self.header, self._get_statuses(), samples, error)
 
-    def __enter__(self) -> "LiveView":
+    def __enter__(self) -> LiveView:
         self.live.__enter__()
         return self
 

@@ -18,8 +18,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 WARMUP_CODE = r"""
 import json, sys
@@ -132,11 +132,15 @@ def _attempt(python: str, env: Mapping[str, str], cwd: str | None, limit: float,
 
 def run_warmup(python: str, env: Mapping[str, str], cwd: str | None = None, budget_s: float = 300.0,
                attempt_limit_s: float = 60.0, should_stop: Callable[[], bool] = lambda: False,
-               on_attempt: Callable[[int, dict[str, object]], None] | None = None) -> WarmupResult:
-    """Retry the warm-up with backoff until ready, a definite "no CUDA", or the budget is spent."""
+               on_attempt: Callable[[int, dict[str, object]], None] | None = None,
+               backoff_s: float = 1.0) -> WarmupResult:
+    """Retry the warm-up with backoff until ready, a definite "no CUDA", or the budget is spent.
+
+    Waits backoff_s, then doubles it up to 10 s, between attempts.
+    """
     env = warmup_env(env)
     start = time.monotonic()
-    delay, attempt = 1.0, 0
+    delay, attempt = backoff_s, 0
     last: dict[str, object] = {}
     while True:
         attempt += 1

@@ -5,7 +5,8 @@
 
 Standard library and ctypes only, so it starts in milliseconds and a hang or
 crash in the driver stays in this process; one process is one attempt (a
-runtime that failed once stays failed in its process). Prints one JSON line.
+runtime that failed once stays failed in its process). Prints one line: a
+Python literal dict (`repr`; no `json` import, which would cost more than the probe).
 
 `driver`: `cuInit(0)` and `cuDeviceGetCount` on `libcuda.so.1`, plus
 `cuDriverGetVersion`. `runtime`: `cudaGetDeviceCount` on the `libcudart.so.*` the loader
@@ -17,7 +18,6 @@ back to `cuInit` + `cuDeviceGetCount` and says so (`"api": "driver"`). Command l
 from __future__ import annotations
 
 import ctypes
-import json
 import sys
 from typing import Any
 
@@ -122,10 +122,10 @@ def probe_runtime() -> dict[str, Any]:
     driver_version = driver_cuda_version()
     lib, name, rt_version, skipped = load_runtime(driver_version)
     if lib is None:
-        doc = probe_driver()
-        doc["runtime_missing"] = "no usable CUDA runtime library (" + (
+        fallback = probe_driver()
+        fallback["runtime_missing"] = "no usable CUDA runtime library (" + (
             "; ".join(skipped) if skipped else "none of " + ", ".join(runtime_candidates(driver_version))) + ")"
-        return doc
+        return fallback
     doc: dict[str, Any] = {"api": "runtime", "library": name, "path": loaded_path(name) or name,
                            "loaded": True, "runtime_version": rt_version, "driver_version": None,
                            "code": None, "name": None, "string": None, "count": None,
@@ -148,7 +148,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: cuda_child.py driver|runtime\n")
         return 2
     doc = probe_driver() if mode == "driver" else probe_runtime()
-    sys.stdout.write(json.dumps(doc) + "\n")
+    sys.stdout.write(repr(doc) + "\n")
     sys.stdout.flush()
     return 0
 

@@ -21,6 +21,7 @@ Facts (shared contracts):
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 import time
@@ -62,15 +63,18 @@ def child_argv(script: str, *args: str) -> list[str]:
     return [sys.executable, "-I", "-S", str(HERE / script), *args]
 
 
-def json_lines(out: Isolated) -> list[dict[str, Any]]:
+def child_docs(out: Isolated) -> list[dict[str, Any]]:
+    """The dicts a child printed, one per line as Python literals (never evaluated as code)."""
     docs = []
     for line in out.stdout.splitlines():
         line = line.strip()
         if line.startswith("{"):
             try:
-                docs.append(json.loads(line))
-            except ValueError:
+                doc = ast.literal_eval(line)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
                 continue
+            if isinstance(doc, dict):
+                docs.append(doc)
     return docs
 
 
@@ -86,7 +90,7 @@ def nvml(ctx: ProbeContext) -> dict[str, Any]:
     """Driver, GPUs and fabric state through pynvml, in one child process."""
     limit = ctx.limit()
     out = run_isolated(child_argv("nvml_child.py", pynvml_dir()), limit, env=dict(ctx.case.env))
-    sections = {d.get("section"): d for d in json_lines(out)}
+    sections = {d.get("section"): d for d in child_docs(out)}
     doc = sections.get("nvml")
     if doc is None:
         if out.timed_out:
@@ -118,7 +122,7 @@ def cuda_driver(ctx: ProbeContext) -> dict[str, Any]:
     """cuInit + cuDeviceGetCount on libcuda.so.1, once, in a fresh process."""
     limit = ctx.limit()
     out = run_isolated(child_argv("cuda_child.py", "driver"), limit, env=dict(ctx.case.env))
-    docs = json_lines(out)
+    docs = child_docs(out)
     if not docs:
         if out.timed_out:
             raise ProbeTimeout(f"cuInit did not return within {limit:.1f} s (killed)")
@@ -129,8 +133,8 @@ def cuda_driver(ctx: ProbeContext) -> dict[str, Any]:
 def runtime_attempt(ctx: ProbeContext, number: int, timeout: float) -> dict[str, Any]:
     """One attempt in a fresh process: the child's result plus how it ended."""
     out = run_isolated(child_argv("cuda_child.py", "runtime"), timeout, env=dict(ctx.case.env))
-    docs = json_lines(out)
-    doc = docs[-1] if docs else {"code": None, "name": None, "string": None, "api": "runtime"}
+    docs = child_docs(out)
+    doc: dict[str, Any] = docs[-1] if docs else {"code": None, "name": None, "string": None, "api": "runtime"}
     doc.update(attempt=number, duration_s=round(out.duration_s, 3), timed_out=out.timed_out)
     if not docs and not out.timed_out:
         doc["crashed"] = died(out)

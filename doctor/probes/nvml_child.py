@@ -3,7 +3,8 @@
     python -I -S nvml_child.py <folder holding pynvml>
 
 Standard library and `pynvml` only, so it starts fast and a crash or hang in
-the driver stays in this process. Prints two JSON lines, each flushed at once:
+the driver stays in this process. Prints two lines, Python literal dicts
+(`repr`, read with `ast.literal_eval`), each flushed at once:
 `{"section": "nvml", ...}` (driver, GPUs) and then `{"section": "fabric", ...}`
 (NVSwitch fabric state per GPU), so a crash in the fabric query still leaves
 the first line. Command line equivalent: `nvidia-smi -q` (and its `Fabric` part).
@@ -11,7 +12,6 @@ the first line. Command line equivalent: `nvidia-smi -q` (and its `Fabric` part)
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -25,7 +25,7 @@ FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "com
 
 
 def emit(doc: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(doc) + "\n")
+    sys.stdout.write(repr(doc) + "\n")
     sys.stdout.flush()
 
 

@@ -144,7 +144,11 @@ def _install(t: FileTarget, entry: dict[str, object], tx: str) -> None:
     mode = mode if isinstance(mode, int) else 0o644
     owner = files.owner_of(t.path) if not t.created else files.owner_of(t.path.parent)
     tmp = files.write_temp(t.path, t.after, mode, tx, owner if os.geteuid() == 0 else None)
-    files.replace_file(tmp, t.path)
+    try:
+        files.replace_file(tmp, t.path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _roll_back(root: Path, written: list[FileTarget], entries: list[dict[str, object]],
@@ -192,10 +196,14 @@ def undo(root: Path, *, tx: str | None = None, everything: bool = False,
     with journal.locked(root):
         for t in chosen:
             _undo_preflight(root, t, force)
-            r, m = [], []
+            r: list[Path] = []
+            m: list[Path] = []
             for entry in reversed(t.files):
                 what = _restore(root, entry, t.tx)
-                (r if what == "restored" else m if what == "removed" else []).append(Path(entry["path"]))
+                if what == "restored":
+                    r.append(Path(entry["path"]))
+                elif what == "removed":
+                    m.append(Path(entry["path"]))
             journal.append(root, {"type": "undo", "tx": t.tx, "restored": [str(p) for p in r],
                                   "removed": [str(p) for p in m]})
             restored += r

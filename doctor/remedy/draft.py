@@ -62,6 +62,22 @@ class Draft:
                 self.original.pop(path, None)
                 self.modes.pop(path, None)
 
+    def map_line(self, path: Path, line: int | None) -> int | None:
+        """Where `line` of the file as it was on disk is in the draft now (None: it was changed)."""
+        if line is None or path not in self.original:
+            return line
+        before, now = self.original[path], self._current[path]
+        if before is None or now is None or before == now:
+            return line
+        import difflib
+
+        old = before.decode("utf-8", "surrogateescape").splitlines()
+        new = now.decode("utf-8", "surrogateescape").splitlines()
+        for tag, i1, i2, j1, _j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            if i1 < line <= i2:
+                return j1 + (line - i1) if tag == "equal" else None
+        return None
+
     def touched(self) -> list[Path]:
         return [p for p, data in self._current.items() if data != self.original[p]]
 
@@ -103,7 +119,19 @@ class RemedyContext:
         return Path(os.path.realpath(path))
 
     def targets(self) -> list[Target]:
-        """One target per evidence item (or per finding without evidence) of the findings."""
+        """One target per evidence item (or per finding without evidence) of the findings.
+
+        Lines are where the finding's line is in the draft now: an earlier remedy
+        of the same plan may have moved it.
+        """
+        out = []
+        for t in self._raw_targets():
+            if t.file is not None and t.line is not None:
+                t = Target(t.file, self.draft.map_line(t.file, t.line), t.text, t.data, t.check_id)
+            out.append(t)
+        return out
+
+    def _raw_targets(self) -> list[Target]:
         out = []
         for f in self.findings:
             data = dict(f.data)
@@ -120,7 +148,7 @@ class RemedyContext:
     def files(self, suffixes: tuple[str, ...] = ()) -> list[Path]:
         """The distinct files the findings point at (optionally only these suffixes)."""
         seen: dict[Path, None] = {}
-        for t in self.targets():
+        for t in self._raw_targets():
             if t.file is not None and (not suffixes or t.file.suffix in suffixes):
                 seen.setdefault(t.file, None)
         return list(seen)

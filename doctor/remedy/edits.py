@@ -33,11 +33,11 @@ def shell_files(ctx: RemedyContext) -> list[Path]:
     found = [p for p in ctx.files() if p.suffix.lower() not in NOT_SHELL]
     if found:
         return found
-    paths = [ctx.resolve(p) for p in ctx.case.launch]
+    paths = [p for p in (ctx.resolve(x) for x in ctx.case.launch) if p is not None]
     if not paths and ctx.case.root is not None:
         paths = sorted(p for p in ctx.case.root.iterdir()
                        if p.is_file() and p.suffix in SHELL_SUFFIXES[1:6])
-    return [p for p in paths if p is not None]
+    return paths
 
 
 def launch_files(ctx: RemedyContext) -> list[tuple[Path, TextDoc, ShellScript, list[ScorepLaunch]]]:

@@ -88,10 +88,11 @@ def make_lazy(module: Any, path: Path) -> tuple[Any, int] | None:
     for name in (GUARD, LOADER):
         if name in gscope:
             raise CannotPlan(f"{path}: the name {name} is already taken", STEPS)
-    statements, expressions = set(), set()
+    statements: set[Any] = set()
+    expressions: set[Any] = set()
     for site in sites:
         for assignment in gscope.assignments:
-            if assignment.node is not site.small:
+            if getattr(assignment, "node", None) is not site.small:
                 continue
             module_name = site.names[0]
             for access in assignment.references:
@@ -111,7 +112,7 @@ def _sites(mod: Any) -> list[Site]:
 
     sites = []
     for stmt in mod.body:
-        lines = [(stmt, None)]
+        lines: list[tuple[Any, Any]] = [(stmt, None)]
         if isinstance(stmt, cst.Try):
             lines = [(s, stmt) for s in stmt.body.body]
         elif isinstance(stmt, cst.If):
@@ -132,7 +133,7 @@ def _scorep_aliases(line: Any) -> list[tuple[Any, Any, list[str]]]:
     """(statement, alias, [bound module name, ...]) for each scorep.user import on the line."""
     import libcst as cst
 
-    out = []
+    out: list[tuple[Any, Any, list[str]]] = []
     for small in line.body:
         if isinstance(small, cst.Import):
             for alias in small.names:
@@ -182,21 +183,14 @@ def _call_statement(node: Any, parents: Any) -> Any:
     return None
 
 
-class _Rewrite:  # built lazily: libcst's base class is imported inside make_lazy's caller
+class _Rewrite:  # a factory: libcst's base class is imported only when a rewrite runs
     def __new__(cls, mod: Any, sites: list[Site], statements: set[Any], expressions: set[Any]) -> Any:
         import libcst as cst
 
         site_lines = {id(s.line): s for s in sites}
         site_trys = {id(s.wrapper): s for s in sites if s.wrapper is not None}
-        first = sites[0]
 
         class Rewrite(cst.CSTTransformer):
-            assign: Any = None
-
-            def _assign(self, leading: Any) -> Any:
-                self.assign = pyedit.statement(mod, ASSIGN).with_changes(leading_lines=leading)
-                return self.assign
-
             def leave_Name(self, original: Any, updated: Any) -> Any:
                 return _loader_call() if original in expressions else updated
 
@@ -204,55 +198,76 @@ class _Rewrite:  # built lazily: libcst's base class is imported inside make_laz
                 return _loader_call() if original in expressions else updated
 
             def leave_SimpleStatementLine(self, original: Any, updated: Any) -> Any:
-                if original in statements:
-                    call = updated.body[0].value
-                    inner = cst.SimpleStatementLine(
-                        body=[cst.Expr(call.with_changes(func=cst.Attribute(
-                            value=cst.Name(GUARD), attr=call.func.attr)))],
-                        trailing_whitespace=updated.trailing_whitespace)
-                    return cst.If(test=_loader_call(), body=cst.IndentedBlock(body=[inner]),
-                                  leading_lines=updated.leading_lines)
-                site = site_lines.get(id(original))
-                if site is None or site.wrapper is not None:
+                if original not in statements:
                     return updated
-                return self._drop_import(site, original, updated)
-
-            def _drop_import(self, site: Site, original: Any, updated: Any) -> Any:
-                body = []
-                for small_o, small_u in zip(original.body, updated.body, strict=True):
-                    if small_o is not site.small:
-                        body.append(small_u)
-                    elif len(small_u.names) > 1:
-                        names = [a for a, a_o in zip(small_u.names, small_o.names, strict=True)
-                                 if a_o is not site.alias]
-                        names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                        body.append(small_u.with_changes(names=names))
-                if site is not first:
-                    return updated.with_changes(body=body) if body else cst.RemoveFromParent()
-                if not body:
-                    return self._assign(updated.leading_lines)
-                return cst.FlattenSentinel([updated.with_changes(body=body), self._assign([])])
-
-            def leave_Try(self, original: Any, updated: Any) -> Any:
-                site = site_trys.get(id(original))
-                if site is None:
-                    return updated
-                return self._assign(updated.leading_lines) if site is first else cst.RemoveFromParent()
+                call = updated.body[0].value
+                inner = cst.SimpleStatementLine(
+                    body=[cst.Expr(call.with_changes(func=cst.Attribute(
+                        value=cst.Name(GUARD), attr=call.func.attr)))],
+                    trailing_whitespace=updated.trailing_whitespace)
+                return cst.If(test=_loader_call(), body=cst.IndentedBlock(body=[inner]),
+                              leading_lines=updated.leading_lines)
 
             def leave_Module(self, original: Any, updated: Any) -> Any:
-                body = list(updated.body)
-                at = next((i for i, s in enumerate(body) if s is self.assign), len(body) - 1) + 1
+                body: list[Any] = []
+                carry: list[Any] = []  # comments and blank lines of a removed import
+                for old, new in zip(original.body, updated.body, strict=True):
+                    site = site_lines.get(id(old)) or site_trys.get(id(old))
+                    if site is not None:
+                        new = None if site.wrapper is not None else _without_import(site, old, new)
+                        if new is None:
+                            carry += list(old.leading_lines)
+                            continue
+                    if carry:
+                        new = new.with_changes(leading_lines=[*carry, *new.leading_lines])
+                        carry = []
+                    body.append(new)
+                at = _after_imports(body)
+                assign = pyedit.statement(mod, ASSIGN).with_changes(
+                    leading_lines=[cst.EmptyLine(indent=False)] if at else [])
+                body.insert(at, assign)
+                at += 1
                 while at < len(body) and not isinstance(body[at], (cst.FunctionDef, cst.ClassDef, cst.If)):
                     at += 1
-                loader = pyedit.statement(mod, LOADER_CODE).with_changes(
-                    leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-                body.insert(at, loader)
+                blank = [cst.EmptyLine(indent=False), cst.EmptyLine(indent=False)]
+                body.insert(at, pyedit.statement(mod, LOADER_CODE).with_changes(leading_lines=blank))
                 if at + 1 < len(body) and len(body[at + 1].leading_lines) < 2:
                     body[at + 1] = body[at + 1].with_changes(
-                        leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *body[at + 1].leading_lines])
+                        leading_lines=[*blank, *body[at + 1].leading_lines])
                 return updated.with_changes(body=body)
 
         return Rewrite()
+
+
+def _without_import(site: Site, old: Any, new: Any) -> Any:
+    """The statement line without the scorep.user import, or None when nothing is left of it."""
+    import libcst as cst
+
+    body = []
+    for small_o, small_u in zip(old.body, new.body, strict=True):
+        if small_o is not site.small:
+            body.append(small_u)
+        elif len(small_u.names) > 1:
+            names = [a for a, a_o in zip(small_u.names, small_o.names, strict=True) if a_o is not site.alias]
+            names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            body.append(small_u.with_changes(names=names))
+    return new.with_changes(body=body) if body else None
+
+
+def _after_imports(body: list[Any]) -> int:
+    """Index after the last top-level import that comes before the first def or class."""
+    import libcst as cst
+
+    at = 0
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if isinstance(stmt, cst.SimpleStatementLine) and any(
+                isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            at = i + 1
+        elif isinstance(stmt, cst.Try) and "import" in cst.Module(body=[stmt]).code:
+            at = i + 1
+    return at
 
 
 def _loader_call() -> Any:

@@ -73,7 +73,7 @@ def _plan_one(case: Case, rid: str, found: tuple[Finding, ...], everything: tupl
     if rem.safety == Safety.MANUAL or rem.plan is None:
         return _replace(base, status="manual")
     if rem.safety == Safety.UNSAFE and not unsafe:
-        return _replace(base, status="skipped", note="unsafe: edits your code; add --unsafe to apply")
+        return _replace(base, status="skipped", note="unsafe: changes your code or how the job runs; add --unsafe to apply")
     ctx = RemedyContext(case, rid, found, everything, draft, facts,
                         tuple(p.remedy_id for p in planned if p.status == "ready"))
     snap = draft.snapshot()

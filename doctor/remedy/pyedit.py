@@ -35,11 +35,21 @@ def save(ctx: RemedyContext, path: Path, module: cst.Module, summary: str, line:
     ctx.write(path, module.bytes, EDIT, summary, line)
 
 
+def styled(module: cst.Module, code: str) -> str:
+    """`code` (LF, 4-space indents) in the module's line endings and indentation unit."""
+    import re
+
+    indent = module.default_indent
+    if indent != "    ":
+        code = re.sub(r"^((?:    )+)", lambda m: indent * (len(m.group(1)) // 4), code, flags=re.MULTILINE)
+    return code.replace("\n", module.default_newline)
+
+
 def statement(module: cst.Module, code: str) -> Any:
-    """Parse one statement in the module's style (indentation, newlines)."""
+    """Parse one statement written with LF and 4-space indents, in the module's style."""
     import libcst as cst
 
-    return cst.parse_statement(code, config=module.config_for_parsing)
+    return cst.parse_statement(styled(module, code), config=module.config_for_parsing)
 
 
 def comment_lines(module: cst.Module, *texts: str) -> list[Any]:

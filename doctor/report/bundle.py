@@ -61,7 +61,8 @@ def gather(doc: Mapping[str, Any], root: Path | None) -> list[BundleFile]:
     from doctor.report.view import excerpt_text
 
     for file, excerpts in by_file.items():
-        body = "\n\n".join(f"== {ex['signature']} at line {ex['line']} ==\n{excerpt_text(ex)}" for ex in excerpts)
+        body = "\n\n".join(f"== {ex['signature']} at line {ex['line']} ==\n{excerpt_text(ex)}"
+                             for ex in excerpts)
         files.append(BundleFile("logs", file, ".excerpts.txt", f"# excerpts of {file}\n\n{body}\n"))
     for r in doc.get("last_launch", {}).get("ranks", []):
         tail = sources.log_tail(Path(r["log"])) if r.get("log") else []
@@ -89,7 +90,7 @@ def _scorep_cfgs(doc: Mapping[str, Any], root: Path | None) -> list[Path]:
             cfg = Path(exp["path"]) / "scorep.cfg"
             if cfg.is_file():
                 found[cfg] = None
-    if root is not None and root.is_dir():
+    if not found and root is not None and root.is_dir():  # no experiments fact: look a little ourselves
         for depth in ("scorep.cfg", "*/scorep.cfg", "*/*/scorep.cfg"):
             for cfg in sorted(root.glob(depth)):
                 found[cfg] = None
@@ -117,7 +118,8 @@ def pack(reports: Mapping[str, str], extra: list[BundleFile], dropped: list[str]
     manifest += [f"  {name}" for name in reports] + [f"  {f.name}" for f in extra]
     if dropped:
         manifest += ["", "Left out to stay under --max-bundle-mb:"] + [f"  {d}" for d in dropped]
-    entries = [*reports.items(), *((f.name, f.text) for f in extra), ("MANIFEST.txt", "\n".join(manifest) + "\n")]
+    entries = [*reports.items(), *((f.name, f.text) for f in extra),
+               ("MANIFEST.txt", "\n".join(manifest) + "\n")]
     buf = io.BytesIO()
     now = time.time()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:

@@ -33,7 +33,8 @@ def build_parser() -> Parser:
         "extension: .json, .md, .html, or .tar.gz (the report plus log excerpts, scorep.cfg files "
         "and trace summaries)."))
     add_case_args(p)
-    p.add_argument("-o", "--output", metavar="FILE", help="where to write the report (required unless --preview)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where to write the report (required unless --preview)")
     p.add_argument("--playbook", metavar="NAME",
                    help="which checks to run (default: node without PATH, scorep-ddp with PATH)")
     p.add_argument("--hash-hosts", action="store_true", help="replace host names by a hash")
@@ -106,7 +107,8 @@ def render(fmt: str, doc: dict[str, Any], extra: list[bundle.BundleFile], cap_mb
 
 
 def _reports(doc: dict[str, Any]) -> dict[str, str]:
-    return {"report.json": dumps(doc), "report.md": render_md.render(doc), "report.html": render_html.render(doc)}
+    return {"report.json": dumps(doc), "report.md": render_md.render(doc),
+            "report.html": render_html.render(doc)}
 
 
 def dumps(doc: dict[str, Any]) -> str:

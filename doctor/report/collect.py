@@ -20,7 +20,8 @@ from typing import Any
 
 from doctor import __version__
 from doctor.facts import ProbeFailure
-from doctor.report import sources
+from doctor.report import history, sources
+from doctor.report.versions import fact, pick, versions
 from doctor.runner import Run
 from doctor.verdict import run_json
 
@@ -29,125 +30,11 @@ VERSION_FACTS = ("nvml", "cuda_driver", "cuda_runtime", "framework", "scorep_ins
 CONTEXT_FACTS = VERSION_FACTS + ("p2p_matrix", "logscan", "experiments", "job")
 
 
-def pick(obj: Any, *keys: str) -> Any:
-    """The first present, non-None field of a dict or object."""
-    for key in keys:
-        value = obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
-        if value is not None:
-            return value
-    return None
-
-
-def fact(run: Run, name: str) -> tuple[Any, str | None]:
-    """(value, None) or (None, why it is not available)."""
-    value = run.facts.get(name)
-    if isinstance(value, ProbeFailure):
-        return None, value.detail
-    if value is None:
-        return None, "no value"
-    return value, None
-
-
-def cuda_version_text(value: Any) -> str | None:
-    """12040 -> '12.4' (the CUDA API's integer encoding); strings pass through."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return f"{value // 1000}.{value % 1000 // 10}" if value > 0 else None
-    return str(value)
-
-
 def bytes_text(value: Any) -> str | None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
         return None
     gib = value / 1024**3
     return f"{gib:.1f} GiB" if gib >= 1 else f"{value / 1024**2:.0f} MiB"
-
-
-def _row(name: str, value: Any, source: str, why: str | None) -> dict[str, Any]:
-    text = None if value in (None, "") else str(value)
-    return {"name": name, "value": text, "source": source,
-            "note": None if text is not None else f"N/A ({why or 'not reported'})"}
-
-
-def _failure_text(doc: Any) -> str | None:
-    """'802 cudaErrorSystemNotReady: system not yet initialized' from a probe result's code fields."""
-    code = pick(doc, "code")
-    if code in (None, 0):
-        return pick(doc, "load_error", "crashed")
-    words = " ".join(str(x) for x in (code, pick(doc, "name")) if x is not None)
-    detail = pick(doc, "string")
-    return f"{words}: {detail}" if detail else words
-
-
-def runtime_state(rt: Any) -> str | None:
-    """How the runtime probe ended: 'ready at attempt 2 of 2', 'never ready (802 ...)'..."""
-    state = pick(rt, "state")
-    if state is None:
-        return None
-    attempts = len(pick(rt, "attempts") or [])
-    if state == "ready":
-        return f"ready at attempt {pick(rt, 'ready_attempt')} of {attempts}"
-    last = _failure_text(pick(rt, "last") or {})
-    return f"{str(state).replace('_', ' ')} after {attempts} attempt(s)" + (f" ({last})" if last else "")
-
-
-def driver_init(drv: Any) -> str | None:
-    """cuInit's outcome: 'ok, 4 devices' or '100 CUDA_ERROR_NO_DEVICE: ...'."""
-    if pick(drv, "loaded") is False:
-        return f"libcuda not loaded: {pick(drv, 'load_error') or 'no reason given'}"
-    code = pick(drv, "code")
-    if code == 0:
-        count = pick(drv, "count")
-        return "ok" + (f", {count} device(s)" if count is not None else "")
-    return _failure_text(drv)
-
-
-def versions(run: Run) -> list[dict[str, Any]]:
-    """Driver, CUDA, torch, NCCL and Score-P versions, each with its source or why it is N/A."""
-    nvml, nvml_why = fact(run, "nvml")
-    drv, drv_why = fact(run, "cuda_driver")
-    rt, rt_why = fact(run, "cuda_runtime")
-    fw, fw_why = fact(run, "framework")
-    sp, sp_why = fact(run, "scorep_install")
-    if nvml is not None and not pick(nvml, "driver_loaded"):
-        nvml_why = f"driver not loaded: {pick(nvml, 'error') or 'no reason given'}"
-        nvml = None
-    if fw is not None and not pick(fw, "torch_version"):
-        fw_why = f"torch not importable: {pick(fw, 'import_error', 'error') or 'no reason given'}"
-    cuda_api = pick(drv, "driver_version") if drv is not None else None
-    if cuda_api is None and nvml is not None:
-        cuda_api = pick(nvml, "cuda_driver_version")
-    last = pick(rt, "last") if rt is not None else None
-    runtime = pick(last, "runtime_version") if last is not None else None
-    drv_note = (_failure_text(drv) if drv is not None else None) or drv_why or nvml_why
-    rt_note = (_failure_text(last) if last is not None else None) or rt_why
-    torch_why = fw_why
-    if fw is not None and not pick(fw, "torch_version"):
-        fw_why = "see torch"
-    rows = [
-        _row("NVIDIA driver", pick(nvml, "driver_version") if nvml else None, "nvml", nvml_why),
-        _row("CUDA driver API", cuda_version_text(cuda_api), "cuda_driver", drv_note),
-        _row("CUDA driver init", driver_init(drv) if drv is not None else None, "cuda_driver", drv_why),
-        _row("CUDA runtime", cuda_version_text(runtime), "cuda_runtime", rt_note),
-        _row("CUDA runtime state", runtime_state(rt) if rt is not None else None, "cuda_runtime", rt_why),
-        _row("torch", pick(fw, "torch_version") if fw else None, "framework", torch_why),
-        _row("torch CUDA build", pick(fw, "torch_cuda") if fw else None, "framework",
-             fw_why or "torch built without CUDA"),
-        _row("torch CUDA use", ("works" if pick(fw, "ok") else f"fails: {pick(fw, 'error')}")
-             if fw and pick(fw, "torch_version") else None, "framework", fw_why),
-        _row("NCCL", pick(fw, "nccl_version") if fw else None, "framework", fw_why or "not in this torch build"),
-        _row("Score-P", pick(sp, "version") if sp else None, "scorep_install",
-             sp_why or "scorep-config not found"),
-    ]
-    if sp is not None:
-        cuda = pick(sp, "cuda_support")
-        bindings = pick(sp, "python_bindings")
-        rows.append(_row("Score-P CUDA support", None if cuda is None else ("yes" if cuda else "no"),
-                         "scorep_install", "not reported"))
-        rows.append(_row("Score-P Python bindings", None if bindings is None else ("yes" if bindings else "no"),
-                         "scorep_install", "not reported"))
-    return rows
 
 
 def gpus(run: Run) -> tuple[list[dict[str, Any]], str | None]:
@@ -233,8 +120,8 @@ def facts_status(run: Run) -> dict[str, dict[str, Any]]:
 def build_document(run: Run, argv: list[str], fail_on: str = "error") -> dict[str, Any]:
     """The raw report document: redact it before it leaves the process."""
     case = run.case
-    journal = sources.remedy_journal(case.root)
-    run.extra["applied"] = sources.applied_state(journal["entries"])
+    journal = history.remedy_journal(case.root)
+    run.extra["applied"] = history.applied_state(journal["entries"])
     doc = run_json(run, fail_on, argv)
     for name in CONTEXT_FACTS:
         run.facts.get(name)
@@ -253,7 +140,7 @@ def build_document(run: Run, argv: list[str], fail_on: str = "error") -> dict[st
         "slurm": slurm(case.env),
         "environment": {"process": dict(case.env), "job": job_env(run)},
         "remedy_journal": journal,
-        "last_launch": sources.last_launch(sources.workdirs(case.root)),
+        "last_launch": history.last_launch(history.workdirs(case.root)),
         "log_excerpts": sources.log_excerpts(logscan, case.root) if logscan is not None else [],
         "log_excerpts_note": None if logscan is not None else f"N/A ({logscan_why})",
         "experiments": sources.experiment_list(fact(run, "experiments")[0]),

@@ -34,10 +34,9 @@ ENV_KEYS = frozenset({"environment", "env"})
 # System accounts are not personal data, and replacing "root" would garble prose.
 NOT_PERSONAL_USERS = frozenset({"root", "nobody", "user", "admin", "slurm", "munge", "ubuntu"})
 
+_ALLOW_TEXT = ", ".join(p + "*" if p.endswith("_") else p for p in ENV_ALLOW_PREFIXES)
 RULES: dict[str, str] = {
-    "env_not_allowed": "environment variables outside the allow-list "
-                       f"({', '.join(p.rstrip('_') + ('_*' if p.endswith('_') else '') for p in ENV_ALLOW_PREFIXES)}) "
-                       "left out",
+    "env_not_allowed": f"environment variables outside the allow-list ({_ALLOW_TEXT}) left out",
     "env_secret_value": "values of variables whose name contains "
                         f"{', '.join(SECRET_NAME_WORDS)} masked",
     "known_secret": "the value of a secret variable found elsewhere (logs, scripts, argv) masked",
@@ -66,13 +65,15 @@ _VENDOR = (
     ("api_token", re.compile(r"\b(?:sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,}"
                              r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})")),
 )
-_ASSIGN = re.compile(
-    r"(?i)(?<![A-Za-z0-9_])([A-Za-z0-9_.]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
-    r"|_KEY|CREDENTIALS?|AUTH)[A-Za-z0-9_.]*)"
-    r"([\"']?\s*[=:]\s*[\"']?)([^\s\"',;}\]]+)")
-_FLAG = re.compile(r"(?i)(--?[a-z0-9-]*(?:token|secret|password|passwd|api-?key|credential|auth)[a-z0-9-]*)"
-                   r"(=|\s+)([^\s\"',;-][^\s\"',;]*)")
-_GPU_UUID = re.compile(r"\b(?:MIG-)?GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+# NAME=value, NAME: value, "name": "value"; the name decides (`secret_key_name`), not the regex.
+_ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)([\"']?\s*[=:]\s*[\"']?)([^\s\"',;}\]]+)")
+_FLAG = re.compile(r"(?<![\w-])--?([A-Za-z][\w-]*)(=|\s+)([^\s\"',;-][^\s\"',;]*)")
+# The last word of a name that holds a secret (HF_TOKEN, api_key, hub-token, accessToken, X_AUTH) and
+# words that make any name secret (SECRET_KEY_BASE). Not TOKENS or TOKENIZER: those are ML words.
+SECRET_LAST_WORDS = frozenset({"token", "secret", "password", "passwd", "key", "apikey", "credential",
+                               "credentials", "auth", "pat"})
+SECRET_ANY_WORDS = frozenset({"secret", "password", "passwd", "credential", "credentials"})
+_GPU_UUID = re.compile(r"\b(?:MIG-)?GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
 _LONG = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{32,}(?![A-Za-z0-9+/=_-])")
 _OTHER_HOME = re.compile(r"/home/(?!<user>)([^/\s\"'<>:]+)")
 
@@ -89,6 +90,12 @@ def env_allowed(name: str) -> bool:
 def secret_name(name: str) -> bool:
     upper = name.upper()
     return any(word in upper for word in SECRET_NAME_WORDS)
+
+
+def secret_key_name(name: str) -> bool:
+    """Whether a key or flag name in text names a secret (stricter than `secret_name` for env names)."""
+    words = [w.lower() for w in re.split(r"[_.\-]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)) if w]
+    return bool(words) and (words[-1] in SECRET_LAST_WORDS or any(w in SECRET_ANY_WORDS for w in words))
 
 
 def entropy(text: str) -> float:
@@ -154,7 +161,7 @@ class Redactor:
         return cls(
             enabled=enabled, hash_hosts=hash_hosts,
             secrets=tuple(sorted(secrets, key=len, reverse=True)),
-            homes=tuple(sorted((h.rstrip("/") for h in home_set if len(h.rstrip("/")) > 1), key=len, reverse=True)),
+            homes=tuple(sorted({h.rstrip("/") for h in home_set} - {""}, key=len, reverse=True)),
             users=tuple(sorted((u for u in user_set if len(u) >= 3 and u not in NOT_PERSONAL_USERS),
                                key=len, reverse=True)),
             hosts=tuple(sorted(host_set, key=len, reverse=True)),
@@ -186,10 +193,8 @@ class Redactor:
                          lambda m: m.group(0) if _keep_value(m.group(2)) else m.group(1) + MASK)
         for rule, pattern in _VENDOR:
             text = self._sub(rule, pattern, text, lambda m: MASK)
-        text = self._sub("secret_assignment", _ASSIGN, text,
-                         lambda m: m.group(0) if _keep_value(m.group(3)) else m.group(1) + m.group(2) + MASK)
-        text = self._sub("secret_assignment", _FLAG, text,
-                         lambda m: m.group(0) if _keep_value(m.group(3)) else m.group(1) + m.group(2) + MASK)
+        text = self._sub("secret_assignment", _ASSIGN, text, _mask_value)
+        text = self._sub("secret_assignment", _FLAG, text, _mask_value)
         text = self._sub("high_entropy", _LONG, text,
                          lambda m: MASK if looks_random(m.group(0)) else m.group(0))
         text = self._names(text)
@@ -231,7 +236,7 @@ class Redactor:
     def value(self, obj: Any, key: str = "") -> Any:
         """Redact every string inside a JSON-like value; `environment` maps are filtered."""
         if isinstance(obj, str):
-            if self.enabled and key and _secret_field(key) and obj and not _keep_value(obj):
+            if self.enabled and key and secret_key_name(key) and obj and not _keep_value(obj):
                 self.counts["env_secret_value"] += 1
                 return MASK
             return self.text(obj)
@@ -241,9 +246,11 @@ class Redactor:
             if key in ENV_KEYS and obj and all(isinstance(v, Mapping) for v in obj.values()):
                 return {self.text(str(k)): self.environment(v) for k, v in obj.items()}
             return {self.text(str(k)): self.value(v, str(k)) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
+        if isinstance(obj, (list, tuple, set, frozenset)):
             return [self.value(v, key) for v in obj]
-        return obj
+        if obj is None or isinstance(obj, (bool, int, float)):
+            return obj
+        return self.text(str(obj))  # a Path or any other object goes out as its text: redact that
 
     def document(self, doc: Mapping[str, Any]) -> dict[str, Any]:
         return dict(self.value(doc))
@@ -262,11 +269,11 @@ class Redactor:
         return [s for s in self.secrets if s in text] if self.enabled else []
 
 
-def _secret_field(key: str) -> bool:
-    """A field whose value is a secret: env-style names with a secret word, or explicit words."""
-    if key.upper() == key and any(c.isalpha() for c in key):
-        return secret_name(key)
-    return bool(re.search(r"(?i)token|secret|password|passwd|api_?key|credential", key))
+def _mask_value(m: re.Match[str]) -> str:
+    """NAME=value -> NAME=[redacted] when the name says secret and the value is not a reference."""
+    if not secret_key_name(m.group(1)) or _keep_value(m.group(3)):
+        return m.group(0)
+    return m.group(0)[:m.start(3) - m.start(0)] + MASK
 
 
 def split_hosts(value: str, limit: int = 256) -> list[str]:

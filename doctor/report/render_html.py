@@ -86,8 +86,7 @@ def sections(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         ("summary", "Summary", _summary(doc)),
         ("findings", "Findings", _findings(doc)),
         ("system", "System", table(("Field", "Value"), view.system_rows(doc))),
-        ("versions", "Versions", table(("Component", "Version", "Source"),
-                                       ((v["name"], v["value"] or v["note"], v["source"]) for v in doc["versions"]))),
+        ("versions", "Versions", table(("Component", "Version", "Source"), view.version_rows(doc))),
         ("scorep", "Score-P configuration", _scorep(doc)),
         ("gpus", "GPUs", _gpus(doc)),
         ("topology", "Topology and P2P", _topology(doc)),
@@ -122,8 +121,9 @@ def _findings(doc: Mapping[str, Any]) -> str:
         out.append(f'<div class="finding {esc(c["status"])}" id="check-{esc(c["id"])}">{"".join(body)}</div>')
     quiet = [c for c in doc["checks"] if c["status"] not in view.NOTABLE]
     if quiet:
-        out.append("<details><summary>Passed or skipped checks</summary>" + table(
-            ("Check", "Status", "Message"), ((c["id"], c["status"], c["message"]) for c in quiet)) + "</details>")
+        rows = ((c["id"], c["status"], c["message"]) for c in quiet)
+        out.append("<details><summary>Passed or skipped checks</summary>"
+                   + table(("Check", "Status", "Message"), rows) + "</details>")
     return "".join(out) or para("No checks ran.")
 
 
@@ -149,7 +149,7 @@ def _topology(doc: Mapping[str, Any]) -> str:
     if not topo["rows"]:
         return para("P2P data in an unrecognised shape:") + pre(topo.get("raw") or "")
     out = para("Peer access, rows = source GPU, columns = destination:")
-    out += table(["from/to", *topo["labels"]], ([label, *row] for label, row in zip(topo["labels"], topo["rows"], strict=True)))
+    out += table(["from/to", *topo["labels"]], view.matrix_rows(topo))
     if topo.get("legend"):
         out += para(topo["legend"], "muted")
     if topo.get("integrity"):

@@ -54,8 +54,7 @@ def sections(doc: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     return [
         ("Summary", _summary(doc)),
         ("System", _kv(view.system_rows(doc))),
-        ("Versions", table(("Component", "Version", "Source"),
-                           ((v["name"], v["value"] or v["note"], v["source"]) for v in doc["versions"]))),
+        ("Versions", table(("Component", "Version", "Source"), view.version_rows(doc))),
         ("Score-P configuration", _scorep(doc)),
         ("GPUs", _gpus(doc)),
         ("Topology and P2P", _topology(doc)),
@@ -73,7 +72,9 @@ def _summary(doc: Mapping[str, Any]) -> list[str]:
     counts = ", ".join(f"{n} {s}" for s, n in doc["counts"].items() if n) or "no checks ran"
     rows = [(c["id"], view.status_label(c["status"]), c["layer"], c["message"]) for c in view.notable(doc)]
     body = [f"Checks: {counts}.", ""]
-    return body + (table(("Check", "Status", "Layer", "Message"), rows) if rows else ["No check found a problem.", ""])
+    if not rows:
+        return body + ["No check found a problem.", ""]
+    return body + table(("Check", "Status", "Layer", "Message"), rows)
 
 
 def _scorep(doc: Mapping[str, Any]) -> list[str]:
@@ -81,7 +82,9 @@ def _scorep(doc: Mapping[str, Any]) -> list[str]:
     if not sp["available"]:
         return [sp["note"], ""]
     body = [f"`scorep-config`: {sp['scorep_config'] or 'N/A'}", ""]
-    return body + (fenced(sp["config_summary"]) if sp["config_summary"] else ["No config summary reported.", ""])
+    if not sp["config_summary"]:
+        return body + ["No config summary reported.", ""]
+    return body + fenced(sp["config_summary"])
 
 
 def _gpus(doc: Mapping[str, Any]) -> list[str]:
@@ -98,7 +101,7 @@ def _topology(doc: Mapping[str, Any]) -> list[str]:
     if not topo["rows"]:
         return ["P2P data in an unrecognised shape:", ""] + fenced(topo.get("raw") or "", "json")
     out = ["Peer access, rows = source GPU, columns = destination:", ""]
-    out += table(["from/to", *topo["labels"]], ([label, *row] for label, row in zip(topo["labels"], topo["rows"], strict=True)))
+    out += table(["from/to", *topo["labels"]], view.matrix_rows(topo))
     if topo.get("legend"):
         out += [f"*{topo['legend']}*", ""]
     if topo.get("integrity"):
@@ -130,7 +133,8 @@ def _findings(doc: Mapping[str, Any]) -> list[str]:
         out += [f"### {c['id']} {view.status_label(c['status'])}: {cell(c['title'])}", ""]
         blocks = view.finding_blocks(c)
         for status, message, evidence in blocks:
-            out += [f"- **{view.status_label(status)}** {cell(message)}" if len(blocks) > 1 else cell(message), ""]
+            lead = f"- **{view.status_label(status)}** " if len(blocks) > 1 else ""
+            out += [lead + cell(message), ""]
             if evidence:
                 out += fenced("\n".join(evidence))
         if c["remedies"]:

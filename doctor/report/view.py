@@ -34,7 +34,8 @@ def title(doc: Mapping[str, Any]) -> str:
 def verdict(doc: Mapping[str, Any]) -> str:
     bad = [c["id"] for c in doc["checks"] if c["status"] in NOTABLE]
     tail = f"; needs attention: {', '.join(bad)}" if bad else ""
-    return f"{status_label(doc['status'])} (exit code {doc['exit_code']}, playbook {doc['run']['playbook']}){tail}"
+    run = doc["run"]
+    return f"{status_label(doc['status'])} (exit code {doc['exit_code']}, playbook {run['playbook']}){tail}"
 
 
 def redaction_line(doc: Mapping[str, Any]) -> str:
@@ -74,6 +75,15 @@ def finding_blocks(check: Mapping[str, Any]) -> list[tuple[str, str, list[str]]]
 def remedy_rows(check: Mapping[str, Any]) -> Iterable[tuple[Any, ...]]:
     return ((r["id"], r["safety"], yes_no(r["applied"]), yes_no(r["verified"]), r["title"])
             for r in check["remedies"])
+
+
+def version_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    return [(v["name"], v["value"] or v["note"], v["source"]) for v in doc["versions"]]
+
+
+def matrix_rows(topo: Mapping[str, Any]) -> list[list[str]]:
+    """The P2P table with the row labels in front (rows: source GPU, columns: destination)."""
+    return [[label, *row] for label, row in zip(topo["labels"], topo["rows"], strict=True)]
 
 
 def system_rows(doc: Mapping[str, Any]) -> list[tuple[str, Any]]:

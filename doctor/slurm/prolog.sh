@@ -16,12 +16,19 @@
 #   TIMEOUT=30                                         # seconds, the gate's global budget
 #   FAIL_ON=error                                      # or warning
 #   EXTRA_ARGS="--expect-gpus 4"
+#   HARD_LIMIT=60                                      # seconds; default TIMEOUT + 30 (see below)
 #
 # Exit status: 0 lets the job run; 1 (only for a node fault found by the gate) makes Slurm
 # drain the node with Reason="Prolog error" and requeue-hold a batch job. The failing check
 # IDs are in $VERDICT_DIR/node-$SLURMD_NODENAME.txt and the per-job JSON. If gpu-doctor itself
 # cannot run (exit 2: not installed, bad config), the node is NOT drained: that is our fault,
 # not the node's; the reason goes to the verdict folder.
+#
+# The gate keeps to TIMEOUT by itself (each probe runs in a child it kills). HARD_LIMIT is the
+# backstop, enforced with coreutils `timeout`: a gate still running then (stuck in a driver call
+# no signal ends) is killed and the node drained with that reason written down, instead of Slurm
+# killing the whole Prolog at PrologEpilogTimeout without one. Keep PrologEpilogTimeout above
+# HARD_LIMIT + 10.
 
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
@@ -47,15 +54,25 @@ GPU_DOCTOR=${GPU_DOCTOR:-gpu-doctor}
 VERDICT_DIR=${VERDICT_DIR:-/var/log/gpu-doctor}
 TIMEOUT=${TIMEOUT:-30}
 FAIL_ON=${FAIL_ON:-error}
+case $TIMEOUT in
+    ''|*[!0-9]*) hard_default=120 ;;
+    *) hard_default=$((TIMEOUT + 30)) ;;
+esac
+HARD_LIMIT=${HARD_LIMIT:-$hard_default}
+limit=""
+if command -v timeout >/dev/null 2>&1; then
+    limit="timeout -k 5 $HARD_LIMIT"
+fi
 node=${SLURMD_NODENAME:-$(hostname -s)}
 job=${SLURM_JOB_ID:-nojob}
 
 mkdir -p "$VERDICT_DIR" 2>/dev/null
 json="$VERDICT_DIR/job-$job.json"
 line="$VERDICT_DIR/job-$job.txt"
+rm -f "$json"   # a requeued job runs the Prolog again: its verdict is this run's, or none
 
 # shellcheck disable=SC2086
-"$GPU_DOCTOR" --check-only --playbook prologue --timeout "$TIMEOUT" --fail-on "$FAIL_ON" \
+$limit "$GPU_DOCTOR" --check-only --playbook prologue --timeout "$TIMEOUT" --fail-on "$FAIL_ON" \
     --json-file "$json" --quiet $EXTRA_ARGS >"$line" 2>&1 </dev/null
 rc=$?
 
@@ -66,6 +83,14 @@ case $rc in
         # A node fault: keep the reason where the admin looks, and let Slurm drain the node.
         cp "$line" "$VERDICT_DIR/node-$node.txt" 2>/dev/null
         cp "$json" "$VERDICT_DIR/node-$node.json" 2>/dev/null
+        cat "$line" >&2
+        exit 1 ;;
+    124|137)
+        # Killed by HARD_LIMIT: no verdict, most likely a driver call that never returns.
+        echo "gpu-doctor prolog: FAIL on $node: the gate did not finish within $HARD_LIMIT s" \
+            "(exit $rc; a driver call that never returns?); node drained" >>"$line"
+        cp "$line" "$VERDICT_DIR/node-$node.txt" 2>/dev/null
+        rm -f "$VERDICT_DIR/node-$node.json"
         cat "$line" >&2
         exit 1 ;;
     *)

@@ -256,7 +256,8 @@ class DoctorApp(App[int]):
     def action_report(self) -> None:
         from doctor.tui.report import ReportScreen
 
-        self.push_screen(ReportScreen(self.case, self.options))
+        facts = self.run_result.facts.computed() if self.run_result else None
+        self.push_screen(ReportScreen(self.case, self.options, facts))
 
     async def action_stop_or_quit(self) -> None:
         launch = getattr(self, "launch_screen", None)

@@ -80,7 +80,7 @@ class FindingScreen(Screen[None]):
     def remedies_renderable(self) -> RenderableType:
         rows: list[RenderableType] = []
         for rid in self.result.remedies:
-            rem = registry.REMEDIES.get(rid)
+            rem = registry.remedy_for(rid)
             if rem is None:
                 rows.append(Text(f"{rid}"))
                 continue

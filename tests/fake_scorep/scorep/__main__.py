@@ -5,7 +5,7 @@ Like the real wrapper it takes the flags before the script and refuses `--`
 records what it was given to $FAKE_SCOREP_RECORD_DIR/wrapper_<pid>.json,
 creates the experiment folder (failing like Score-P if it already exists:
 two ranks sharing a folder collide), runs the script in this process, and
-leaves a placeholder profile.cubex when the script ends.
+leaves a placeholder profile.cubex when the script ends (os._exit included).
 """
 
 import json
@@ -45,6 +45,13 @@ def main() -> None:
     (exp / "scorep.cfg").write_text("".join(f'SCOREP_{k}="{v}"\n' for k, v in [("ENABLE_PROFILING", "true")]))
     (exp / "MANIFEST.md").write_text(f"# fake Score-P experiment of pid {os.getpid()}\n")
     print(f"fake scorep: measuring {script} into {exp}", flush=True)
+    real_exit = os._exit
+
+    def flush_then_exit(code: int) -> None:   # the stand-in "flushes" even on os._exit
+        (exp / "profile.cubex").write_bytes(b"")
+        real_exit(code)
+
+    os._exit = flush_then_exit
     sys.argv = [script, *script_args]
     try:
         runpy.run_path(script, run_name="__main__")

@@ -1,0 +1,254 @@
+"""Launcher layer: who gets measured, whether CUDA is warm first, whether a broken node is avoided."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from doctor.facts import Facts, ProbeFailure
+from doctor.jobfolder.model import Command, Job
+from doctor.jobfolder.queries import code_of, command_data, ev, ranks, sbatch
+from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
+from doctor.registry import check
+
+L = Layer.LAUNCHER
+SPAWNER_WORDS = {
+    "torchrun": "torchrun", "torch.distributed.run": "python -m torch.distributed.run",
+    "torch.distributed.launch": "python -m torch.distributed.launch", "accelerate": "accelerate launch",
+    "deepspeed": "deepspeed", "wrapper-script": "a script that calls torch.distributed.run.main()",
+}
+
+
+def _unreadable(job: Job) -> list[Outcome]:
+    out = []
+    for f in job.shell_files:
+        if not f.analysed:
+            note = next((n for n in job.notes if n.file == f.path), None)
+            out.append(unknown(f"cannot analyse {job.rel(f.path)}: {note.text if note else 'unreadable'}",
+                               Evidence(note.text if note else "unreadable", job.rel(f.path), None,
+                                        "not analysed")))
+    return out
+
+
+@check("LNC001", L, "`python -m scorep` wraps torchrun: only the launcher agent is measured",
+       needs=("job",), remedies=("per-rank-launch",))
+def launcher_only(facts: Facts) -> list[Outcome]:
+    """What it does:
+    Finds `python -m scorep` launches whose program spawns the workers: torchrun
+    (`$(which torchrun)`), `-m torch.distributed.run`/`.launch`, `accelerate launch`,
+    `deepspeed`, or a wrapper script whose code calls `torch.distributed.run.main()`.
+
+    Why is this bad?
+    `python -m scorep` preloads Score-P into its own process only and removes the preload
+    again, so the workers the elastic agent spawns start fresh interpreters without Score-P.
+    The trace holds one process, `LocalElasticAgent._invoke_run` waiting: no kernels, no NCCL.
+
+    Example:
+        python -m scorep --cuda scorep_torchrun.py --nproc_per_node=8 train.py
+
+    Remedy:
+    Launch every rank yourself, each as its own `python -m scorep` with RANK, LOCAL_RANK,
+    WORLD_SIZE, MASTER_ADDR/PORT and its own SCOREP_EXPERIMENT_DIRECTORY (or `gpu-doctor launch`).
+
+    Fix safety:
+    Unsafe: replaces the launch line with a per-rank loop.
+    """
+    job: Job = facts["job"]
+    out: list[Outcome] = list(_unreadable(job))
+    for note in job.notes:
+        if note.kind == "unparsed":
+            out.append(skip(f"{job.rel(note.file)}: {note.text}", Evidence(note.text, job.rel(note.file),
+                                                                         note.line, "not analysed")))
+    found = False
+    for cmd, launch in job.instrumented:
+        found = True
+        sp = launch.spawner
+        if sp is None:
+            n, how = ranks(job, cmd, launch)
+            out.append(passed(f"each measured process runs the training script itself ({how})",
+                              ev(job, cmd.site, "launch")))
+            continue
+        evidence = [ev(job, cmd.site, "launch")]
+        if sp.kind == "wrapper-script" and sp.wrapper_script:
+            wrapper = job.script(sp.wrapper_script)
+            if wrapper is not None and wrapper.torchrun_main is not None:
+                evidence.append(ev(job, wrapper.torchrun_main, "calls torchrun"))
+        assert launch.scorep is not None
+        data = command_data(cmd) | {
+            "python": launch.interpreter, "scorep_flags": list(launch.scorep.flags), "spawner": sp.kind,
+            "nproc": sp.nproc, "nproc_text": sp.nproc_text, "script": launch.training_script,
+            "target": launch.training_target, "args": list(launch.training_args),
+            "env": {k: v.raw for k, v in cmd.env.items() if k.startswith(("SCOREP_", "MASTER_", "NCCL_"))
+                    and v.site is not None},
+        }
+        out.append(fail(f"`python -m scorep` wraps {SPAWNER_WORDS.get(sp.kind, sp.kind)}: Score-P measures the "
+                        f"launcher agent only, not the {sp.nproc_text or '?'} workers it spawns", evidence,
+                        "per-rank-launch", entities={"file": job.rel(cmd.site.file)}, data=data))
+    if not found:
+        out.append(skip("no `python -m scorep` launch in the job folder"))
+    return out
+
+
+def _warmups(job: Job, target: Command) -> tuple[list[Command], list[Command], list[Command]]:
+    """(real CUDA warm-ups, nvidia-smi checks, is_available-only checks) before `target`."""
+    real, smi, asserts = [], [], []
+    for c in job.commands:
+        if c.flow != target.flow or c.order >= target.order:
+            continue
+        if c.argv and c.argv[0].rsplit("/", 1)[-1] == "gpu-doctor":
+            real.append(c)
+            continue
+        if c.argv and c.argv[0].rsplit("/", 1)[-1] == "nvidia-smi":
+            smi.append(c)
+            continue
+        if c.launch is None or c.instrumented is not None:
+            continue
+        code = code_of(job, c)
+        if code is None or not code.ok:
+            continue
+        if code.cuda_ops:
+            real.append(c)
+        elif code.cuda_asserts:
+            asserts.append(c)
+    return real, smi, asserts
+
+
+@check("LNC002", L, "the instrumented run starts without a CUDA warm-up outside Score-P",
+       needs=("job",), remedies=("cuda-warmup",))
+def warmup_first(facts: Facts) -> list[Outcome]:
+    """What it does:
+    Before the first `python -m scorep` launch of each job script, looks for a warm-up outside
+    Score-P: a Python command that runs a real CUDA operation (`torch.zeros(1).cuda()`,
+    `.to("cuda")`, `torch.cuda.init()`...) in a retry loop, or `gpu-doctor --check-only`.
+
+    Why is this bad?
+    Score-P's CUDA adapter, preloaded at process start, probes the CUDA runtime at once; on a
+    fresh node the runtime may still answer 802 (system not ready) and the adapter poisons the
+    process's CUDA context for good (the FP16 ValueError, error 802). `nvidia-smi` only proves
+    the driver API, and `torch.cuda.is_available()` can return False without initialising.
+
+    Example:
+        python -m scorep --cuda train.py      # first CUDA touch of the job
+
+    Remedy:
+    A loop of `python -c "import torch; torch.zeros(1).cuda()"` in try/except with sleeps,
+    before `python -m scorep`.
+
+    Fix safety:
+    Safe: inserts the warm-up block before the launch.
+    """
+    job: Job = facts["job"]
+    firsts: dict[int, Command] = {}
+    for cmd, _launch in job.instrumented:
+        firsts.setdefault(cmd.flow, cmd)
+    if not firsts:
+        return [skip("no `python -m scorep` launch in the job folder")]
+    out: list[Outcome] = []
+    for cmd in firsts.values():
+        real, smi, asserts = _warmups(job, cmd)
+        insert_line = cmd.loop.site.line if cmd.loop is not None else cmd.site.line
+        launch = cmd.instrumented
+        data = command_data(cmd) | {"insert_before_line": insert_line,
+                                    "python": launch.interpreter if launch else "python"}
+        if real:
+            w = real[-1]
+            if w.loop is None and not (w.argv and w.argv[0].endswith("gpu-doctor")):
+                out.append(warn("the CUDA warm-up runs once: on a cold node the runtime can need tens of seconds; "
+                                "retry it in a loop", [ev(job, w.site, "warm-up"), ev(job, cmd.site, "launch")],
+                                "cuda-warmup", data=data | {"warmup_line": w.site.line}))
+            else:
+                out.append(passed("CUDA is warmed up outside Score-P before the instrumented launch",
+                                  [ev(job, w.site, "warm-up")]))
+            continue
+        evidence = [ev(job, cmd.site, "launch")]
+        why = ""
+        if smi:
+            evidence.append(ev(job, smi[-1].site, "driver API only"))
+            why = "; nvidia-smi checks the driver API, not the runtime"
+        if asserts:
+            evidence.append(ev(job, asserts[-1].site, "no CUDA op"))
+            why += "; torch.cuda.is_available() does not initialise the runtime"
+        out.append(fail(f"the instrumented launch is the first thing to touch CUDA: no warm-up outside Score-P{why}",
+                        evidence, "cuda-warmup", data=data))
+    return out
+
+
+def hostlist(expr: str) -> set[str]:
+    """Slurm hostlist expansion: `node[01-03,07],gpu5` -> {node01, node02, node03, node07, gpu5}."""
+    out: set[str] = set()
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", expr):
+        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part.strip())
+        if not m:
+            if part.strip():
+                out.add(part.strip())
+            continue
+        pre, ranges, post = m.groups()
+        for r in ranges.split(","):
+            lo, _, hi = r.partition("-")
+            if hi and lo.isdigit() and hi.isdigit():
+                for k in range(int(lo), int(hi) + 1):
+                    out.add(f"{pre}{str(k).zfill(len(lo))}{post}")
+            else:
+                out.add(f"{pre}{lo}{post}")
+    return out
+
+
+@check("LNC003", L, "a node whose CUDA runtime failed permanently is not excluded from the job",
+       needs=("job", "cuda_runtime"), depends_on=("GPU001",), remedies=("exclude-node",),
+       handles_failures=True)
+def broken_node_excluded(facts: Facts) -> Outcome:
+    """What it does:
+    When GPU003 found this node's CUDA runtime broken for good (never ready within the budget,
+    hung, or an error no retry cures), checks the job's `#SBATCH --exclude`/`-x` and
+    `--nodelist`/`-w` for the node.
+
+    Why is this bad?
+    A node whose runtime never comes up burns every job the scheduler puts there on CUDA
+    timeouts, however good the warm-up; the scheduler keeps choosing it while it is first in
+    the queue.
+
+    Example:
+        GPU003: never ready within 45 s on node17; job.sbatch has no --exclude=node17
+
+    Remedy:
+    `#SBATCH --exclude=node17` (and tell the admins).
+
+    Fix safety:
+    Safe: adds one directive.
+    """
+    job = facts.get("job")
+    if isinstance(job, ProbeFailure):
+        return unknown(str(job), entities={"probe": "job"})
+    runtime = facts.get("cuda_runtime")
+    host = facts.case.host
+    if isinstance(runtime, ProbeFailure):
+        return unknown(f"GPU003's runtime probe gave no result ({runtime.detail}); cannot tell whether "
+                       f"{host} must be excluded", entities={"host": host})
+    state = runtime.get("state") if isinstance(runtime, dict) else None
+    if state not in ("never_ready", "hung", "error"):
+        return passed(f"the CUDA runtime on {host} is {state or 'not known broken'}; nothing to exclude",
+                      entities={"host": host})
+    short = host.split(".")[0]
+    opts = sbatch(job)
+    files = [f for f in job.shell_files if f.sbatch]
+    excluded = [o for o in opts if o.name == "exclude" and {host, short} & hostlist(o.value)]
+    if excluded:
+        return passed(f"{host} is excluded", ev(job, excluded[0].site, "#SBATCH"), entities={"host": host})
+    pinned = [o for o in opts if o.name == "nodelist" and {host, short} & hostlist(o.value)]
+    data: dict[str, Any] = {"node": short, "host": host, "runtime_state": state}
+    if files:
+        last = files[0].sbatch[-1].site
+        data.update({"file": files[0].path, "line": last.line, "text": last.text, "insert_after_line": last.line})
+        existing = [o for o in opts if o.name == "exclude"]
+        if existing:
+            data.update({"exclude": existing[0].value, "exclude_line": existing[0].site.line})
+    evidence = [Evidence(f"CUDA runtime on {host}: {state}", label="GPU003")]
+    if pinned:
+        evidence.append(ev(job, pinned[0].site, "#SBATCH"))
+        return fail(f"the job pins itself to {host} (--nodelist), whose CUDA runtime is broken ({state})",
+                    evidence, "exclude-node", entities={"host": host}, data=data)
+    if not files:
+        return skip(f"{host}'s CUDA runtime is broken ({state}), but the job has no sbatch script to exclude it "
+                    "from; GPU003 reports the node", evidence, entities={"host": host})
+    return fail(f"{host}'s CUDA runtime is broken ({state}) and {job.rel(files[0].path)} does not exclude it",
+                evidence, "exclude-node", entities={"host": host}, data=data)

@@ -1,0 +1,244 @@
+"""Script layer: what the training code does that fights Score-P, NCCL or CUDA streams.
+
+Reads the Python the job runs (training scripts and the local modules they
+import, and `python -c` / here-document snippets in the job scripts) as
+analysed by `ast` in the `job` fact.
+"""
+
+from __future__ import annotations
+
+from doctor.facts import Facts
+from doctor.jobfolder.model import Job, PyScript, Site
+from doctor.jobfolder.queries import ev, is_ddp, launches_of, script_problems
+from doctor.model import Layer, Outcome, fail, passed, skip, warn
+from doctor.registry import check
+
+L = Layer.SCRIPT
+
+
+def _no_scripts() -> Outcome:
+    return skip("no Python training script found in the job folder")
+
+
+def _importer(closure: list[PyScript], path: str) -> Site | None:
+    """Where one of `closure` imports `path` at import time."""
+    return next((site for s in closure for p, at_import, site in s.local_imports if p == path and at_import), None)
+
+
+def _direct_scorep_only(job: Job, entry: PyScript) -> bool:
+    """True when every launch of `entry` runs it under its own `python -m scorep` (no spawner)."""
+    launches = launches_of(job, entry)
+    return bool(launches) and all(
+        launch.scorep is not None and launch.spawner is None for _cmd, launch in launches)
+
+
+@check("SCR001", L, "scorep.user imported at module level in a script DDP workers import",
+       needs=("job",), remedies=("lazy-scorep-import",))
+def lazy_scorep_import(facts: Facts) -> list[Outcome]:
+    """What it does:
+    Finds `import scorep.user`, `import scorep.user as su`, `from scorep import user`,
+    `import scorep` (its `__init__` imports `scorep.user`) or `importlib.import_module("scorep.user")`
+    that run when a DDP worker imports the training script or one of its local modules: at module
+    level, in a class body, or inside a module-level `try:`/`if`/`with`.
+
+    Why is this bad?
+    Every worker torchrun spawns is a fresh process that re-imports the script; the import loads
+    Score-P's bindings and CUDA adapter in that worker before PyTorch has set up its CUDA
+    context, and the worker fails with error 802. A warm-up in the parent shell does not carry
+    into the children.
+
+    Example:
+        import scorep.user  # module level
+        def training_step(...): scorep.user.region_begin("step")
+
+    Remedy:
+    Import it on first use, once per process (`_scorep_user = None` at module level, the import
+    inside the first `training_step()`), as the field guide does.
+
+    Fix safety:
+    Unsafe: edits the training code.
+    """
+    job: Job = facts["job"]
+    entries = job.entry_scripts()
+    if not entries:
+        return [_no_scripts()]
+    out: list[Outcome] = []
+    seen: set[tuple[str, int]] = set()
+    for entry in entries:
+        closure = job.import_closure(entry, import_time_only=True)
+        out.extend(script_problems(job, [s for s in closure if s.path not in {p for p, _ in seen}], "SCR001"))
+        ddp, why = is_ddp(job, entry)
+        for s in closure:
+            for imp in s.scorep_imports:
+                key = (imp.site.file, imp.site.line)
+                if not imp.import_time or key in seen:
+                    continue
+                seen.add(key)
+                where = "at module level" if imp.guard is None else f"at module level inside `{imp.guard}`"
+                if imp.scope in ("class", "main-guard"):
+                    where = f"in the {'class body' if imp.scope == 'class' else '__main__ block'}"
+                data = imp.site.data() | {"scope": imp.scope, "guard": imp.guard, "entry": entry.path}
+                evidence = [ev(job, imp.site, "import")]
+                via = _importer(closure, s.path) if s is not entry else None
+                if via is not None:
+                    evidence.append(ev(job, via, "imported by"))
+                if not ddp:
+                    out.append(passed(f"scorep imported {where}, but {job.rel(entry.path)} is not a DDP script "
+                                      f"({why})", evidence))
+                elif _direct_scorep_only(job, entry):
+                    out.append(warn(f"scorep imported {where} in {job.rel(s.path)}: harmless while each rank runs "
+                                    "under its own python -m scorep, error 802 once torchrun spawns the workers",
+                                    evidence, "lazy-scorep-import", data=data))
+                else:
+                    out.append(fail(f"scorep imported {where} in {job.rel(s.path)}, which every DDP worker "
+                                    f"imports ({why}): Score-P's CUDA adapter starts before the worker's CUDA "
+                                    "context (error 802)", evidence, "lazy-scorep-import",
+                                    entities={"file": job.rel(s.path)}, data=data))
+    return out or [passed("no import-time scorep import in the training scripts")]
+
+
+@check("SCR002", L, "the process group is never destroyed before exit",
+       needs=("job",), remedies=("destroy-process-group",))
+def destroys_process_group(facts: Facts) -> list[Outcome]:
+    """What it does:
+    For DDP training scripts (init_process_group, DistributedDataParallel, or an HF Trainer
+    started as several ranks), looks for `torch.distributed.destroy_process_group()` in the
+    script or the local modules it imports.
+
+    Why is this bad?
+    Without it, NCCL's watchdog thread runs its cleanup (touching the CUDA device) at
+    interpreter exit, racing Score-P's own CUDA teardown: ranks abort with
+    `c10::Error ... dummyHasPrimaryContext` in `ncclCommWatchdog` before Score-P flushes, and
+    their traces are lost (6 of 8 in the field guide).
+
+    Example:
+        trainer.train()   # end of main(), no destroy_process_group()
+
+    Remedy:
+    `if dist.is_initialized(): dist.destroy_process_group()` at the end of training.
+
+    Fix safety:
+    Unsafe: edits the training code.
+    """
+    job: Job = facts["job"]
+    entries = job.entry_scripts()
+    if not entries:
+        return [_no_scripts()]
+    out: list[Outcome] = []
+    for entry in entries:
+        closure = job.import_closure(entry, import_time_only=False)
+        problems = script_problems(job, closure, "SCR002")
+        if problems:
+            out.extend(problems)
+            continue
+        ddp, why = is_ddp(job, entry)
+        if not ddp:
+            out.append(passed(f"{job.rel(entry.path)} is not a DDP script ({why})"))
+            continue
+        destroy = next((c for s in closure for c in s.destroy_pg), None)
+        if destroy is not None:
+            out.append(passed("destroy_process_group() is called", ev(job, destroy.site, "teardown")))
+            continue
+        anchor = next((c for s in closure for c in s.trainer_train), None) or \
+            next((c for s in closure for c in s.init_pg), None) or \
+            next((c for s in closure for c in s.ddp_wrap), None)
+        data: dict[str, object] = {"entry": entry.path, "ddp": why}
+        evidence = []
+        if anchor is not None:
+            data.update(anchor.site.data())
+            if anchor.function is not None:
+                data.update({"function": anchor.function.name, "function_start": anchor.function.start,
+                             "function_end": anchor.function.end, "insert_after_line": anchor.function.end})
+            evidence.append(ev(job, anchor.site, "training"))
+        else:
+            data.update({"file": entry.path, "line": 1, "text": ""})
+        measured = job.uses_scorep
+        make = fail if measured else warn
+        out.append(make(f"{job.rel(entry.path)} never calls destroy_process_group(): NCCL's watchdog races the "
+                        "profiler's teardown at exit" + (" and Score-P loses the ranks' traces" if measured else ""),
+                        evidence, "destroy-process-group", entities={"file": job.rel(entry.path)}, data=data))
+    return out
+
+
+@check("SCR003", L, "CUDA stream self-wait inside `with torch.cuda.stream(s)`",
+       needs=("job",), remedies=("stream-capture-producer",))
+def stream_self_wait(facts: Facts) -> list[Outcome]:
+    """What it does:
+    Finds `s.wait_stream(torch.cuda.current_stream())` (or a name bound to
+    `current_stream()` in the block) inside `with torch.cuda.stream(s):`.
+
+    Why is this bad?
+    Inside the context `current_stream()` *is* `s`: the stream waits on itself, a no-op. The
+    copy that follows is not ordered after the kernels of the producer stream and can read the
+    tensor before it is written: metrics such as the loss come out impossible while training is
+    fine.
+
+    Example:
+        with torch.cuda.stream(stream):
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            cpu_buf.copy_(metric_stack, non_blocking=True)
+
+    Remedy:
+        producer_stream = torch.cuda.current_stream(dev)   # before the context
+        with torch.cuda.stream(stream):
+            stream.wait_stream(producer_stream)
+
+    Fix safety:
+    Unsafe: edits the training code.
+    """
+    job: Job = facts["job"]
+    scripts = [s for s in job.scripts if s.role != "snippet"]
+    if not scripts:
+        return [_no_scripts()]
+    out: list[Outcome] = list(script_problems(job, scripts, "SCR003"))
+    for s in scripts:
+        for w in s.self_waits:
+            out.append(fail(f"`{w.site.text}` inside `with torch.cuda.stream({w.stream})` waits on {w.stream} "
+                            "itself: the copy is not ordered after the producer's kernels",
+                            [ev(job, w.site, "self-wait"), ev(job, w.with_site, "stream context")],
+                            "stream-capture-producer", entities={"file": job.rel(s.path)},
+                            data=w.site.data() | {"with_line": w.with_site.line, "with_text": w.with_site.text,
+                                                  "stream": w.stream, "producer": w.producer,
+                                                  "proposed": f"producer_stream = {w.producer}"}))
+    return out or [passed("no stream waits on itself")]
+
+
+@check("SCR004", L, "`assert torch.cuda.is_available()` used as a readiness test",
+       needs=("job",), remedies=("cuda-real-op-check",))
+def real_cuda_check(facts: Facts) -> list[Outcome]:
+    """What it does:
+    Finds `assert torch.cuda.is_available()` (and `if not torch.cuda.is_available(): raise/exit`)
+    in the training scripts and in `python -c` warm-up snippets of the job scripts.
+
+    Why is this bad?
+    On a cold node `is_available()` can return False without raising and without initialising
+    the runtime, so the assert fails on the first attempt and a warm-up loop built on it never
+    warms anything (field guide, error 3).
+
+    Example:
+        python -c "import torch; assert torch.cuda.is_available(); torch.zeros(1).cuda()"
+
+    Remedy:
+    `try: torch.zeros(1).cuda() except Exception: sys.exit(1)`: the exception is the
+    "not ready yet" signal.
+
+    Fix safety:
+    Unsafe: edits code.
+    """
+    job: Job = facts["job"]
+    if not job.scripts:
+        return [_no_scripts()]
+    out: list[Outcome] = []
+    for s in job.scripts:
+        for site in s.cuda_asserts:
+            in_warmup = s.role == "snippet"
+            data = site.data() | {"in_warmup": in_warmup}
+            if in_warmup:
+                out.append(fail("the warm-up tests torch.cuda.is_available(), which can be False on a cold node "
+                                "without initialising the runtime: the warm-up never warms up",
+                                ev(job, site, "warm-up"), "cuda-real-op-check", data=data))
+            else:
+                out.append(warn("`torch.cuda.is_available()` as a readiness test can be False on a cold node "
+                                "where a real CUDA op would succeed after a retry", ev(job, site, "readiness"),
+                                "cuda-real-op-check", data=data))
+    return out or [passed("no is_available() readiness test")]

@@ -1,0 +1,183 @@
+"""Questions the checks ask of a `Job`: settings per launch, rank counts, evidence."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from doctor.jobfolder.model import Command, EnvVar, Job, Launch, PyScript, Site
+from doctor.model import Evidence, Outcome, unknown
+
+
+def ev(job: Job, site: Site, label: str | None = None, text: str | None = None) -> Evidence:
+    return site.evidence(job.root, label, text)
+
+
+def var_evidence(job: Job, var: EnvVar, label: str | None = None) -> Evidence:
+    if var.site is None:
+        return Evidence(f"{var.name}={var.raw}", None, None, label or "inherited from the environment")
+    return ev(job, var.site, label or "set here")
+
+
+def var_data(var: EnvVar) -> dict[str, Any]:
+    d: dict[str, Any] = {"var": var.name, "value": var.value, "raw": var.raw, "inherited": var.site is None}
+    if var.site is not None:
+        d.update(var.site.data())
+    return d
+
+
+def command_data(cmd: Command) -> dict[str, Any]:
+    return {"file": cmd.site.file, "line": cmd.site.line, "end_line": cmd.end_line or cmd.site.line,
+            "text": cmd.site.text, "command": cmd.text, "argv": list(cmd.argv)}
+
+
+def settings(job: Job, name: str) -> list[tuple[EnvVar, list[Command]]]:
+    """Each distinct setting of `name` the instrumented launches run with (else the job's own)."""
+    groups: dict[tuple[Any, ...], tuple[EnvVar, list[Command]]] = {}
+    for cmd, _launch in job.instrumented:
+        var = cmd.var(name)
+        if var is None:
+            continue
+        key = (var.site.file, var.site.line, var.raw) if var.site else ("env", var.raw)
+        groups.setdefault(key, (var, []))[1].append(cmd)
+    if not groups and not job.instrumented:
+        var = job.env.get(name)
+        if var is not None and var.site is not None:
+            groups[("job",)] = (var, [])
+    return list(groups.values())
+
+
+def snippet_for(job: Job, cmd: Command) -> PyScript | None:
+    return next((s for s in job.scripts if s.role == "snippet" and s.snippet_of == cmd.site), None)
+
+
+def code_of(job: Job, cmd: Command) -> PyScript | None:
+    """The Python a command runs: its `-c`/here-document snippet, or its script."""
+    if cmd.launch is None:
+        return None
+    if cmd.launch.kind in ("code", "stdin"):
+        return snippet_for(job, cmd)
+    return job.script(cmd.launch.script)
+
+
+def sbatch(job: Job, flow: int | None = None) -> list[Any]:
+    opts: list[Any] = []
+    for f in job.shell_files:
+        opts.extend(f.sbatch)
+    return opts
+
+
+def sbatch_gpus(job: Job) -> int | None:
+    """GPUs per node the sbatch directives ask for (--gres=gpu[:type]:N, --gpus-per-node, --ntasks-per-node)."""
+    for opt in sbatch(job):
+        if opt.name == "gres":
+            m = re.search(r"gpu(?::[\w.-]+)?:(\d+)", opt.value)
+            if m:
+                return int(m.group(1))
+        if opt.name in ("gpus-per-node", "ntasks-per-node"):
+            m = re.search(r"(\d+)$", opt.value)
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def ranks(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
+    """(ranks this command starts on a node, how that was found); None when unknown."""
+    outer = cmd.launch
+    if outer is not None and outer.inner is launch and outer.spawner is not None:
+        return outer.spawner.nproc, f"{outer.spawner.kind} --nproc_per_node={outer.spawner.nproc_text}"
+    if launch.spawner is not None:
+        return launch.spawner.nproc, f"{launch.spawner.kind} --nproc_per_node={launch.spawner.nproc_text}"
+    n = cmd.tasks
+    if cmd.loop is not None and cmd.background:
+        return n, f"a backgrounded loop of {cmd.loop.count if cmd.loop.count is not None else '?'} (line " \
+                  f"{cmd.loop.site.line})"
+    if any(w.name in ("srun", "mpirun", "mpiexec") for w in cmd.wrappers):
+        return n, "srun/mpirun tasks"
+    return 1, "one process"
+
+
+def multi_rank(job: Job, cmd: Command, launch: Launch) -> tuple[bool, str]:
+    """Whether several measured processes start from this command at once, and why."""
+    outer = cmd.launch
+    if outer is not None and outer.inner is launch and outer.spawner is not None:
+        n = outer.spawner.nproc
+        return (n is None or n > 1), f"{outer.spawner.kind} --no-python starts {outer.spawner.nproc_text or '?'} " \
+                                     "instrumented workers"
+    if cmd.loop is not None and cmd.background:
+        count = cmd.loop.count
+        return (count is None or count > 1), (f"starts in a backgrounded loop ({count if count is not None else '?'}"
+                                              f" iterations, line {cmd.loop.site.line})")
+    for w in cmd.wrappers:
+        if w.name in ("srun", "mpirun", "mpiexec", "orterun", "jsrun", "aprun"):
+            if w.tasks is None:
+                n = _sbatch_tasks(job)
+                if n is not None and n > 1:
+                    return True, f"{w.name} starts one task per allocated task ({n})"
+                return False, ""
+            return w.tasks > 1, f"{w.name} starts {w.tasks} tasks"
+    return False, ""
+
+
+def _sbatch_tasks(job: Job) -> int | None:
+    total = None
+    for opt in sbatch(job):
+        m = re.fullmatch(r"(\d+)", opt.value.strip())
+        if opt.name in ("ntasks", "ntasks-per-node") and m:
+            total = max(total or 0, int(m.group(1)))
+    return total
+
+
+def script_problems(job: Job, scripts: list[PyScript], check_id: str) -> list[Outcome]:
+    """`unknown` outcomes for scripts that could not be analysed."""
+    out = []
+    for s in scripts:
+        if s.problem is not None:
+            out.append(unknown(f"cannot analyse {job.rel(s.path)}: {s.problem}",
+                               Evidence(s.problem, job.rel(s.path), None, "not analysed"),
+                               entities={"file": job.rel(s.path)},
+                               data={"file": s.path, "problem": s.problem}))
+    return out
+
+
+def worker_scripts(job: Job) -> list[PyScript]:
+    """The training scripts and every local module they import (at any level)."""
+    seen: dict[str, PyScript] = {}
+    for entry in job.entry_scripts():
+        for s in job.import_closure(entry, import_time_only=False):
+            seen.setdefault(s.path, s)
+    return list(seen.values())
+
+
+def launches_of(job: Job, script: PyScript) -> list[tuple[Command, Launch]]:
+    """The commands whose workers run `script`."""
+    out = []
+    for cmd in job.commands:
+        launch = cmd.launch
+        while launch is not None:
+            if launch.training_script == script.path:
+                out.append((cmd, launch))
+                break
+            launch = launch.inner
+    return out
+
+
+def is_ddp(job: Job, entry: PyScript) -> tuple[bool, str]:
+    """Whether the workers of `entry` form a process group, and the evidence for it."""
+    closure = job.import_closure(entry, import_time_only=False)
+    hf = any(s.uses_hf or s.trainer_train for s in closure)
+    for cmd, launch in launches_of(job, entry):
+        n, how = ranks(job, cmd, launch)
+        spawned = launch.spawner is not None or (cmd.launch is not None and cmd.launch.spawner is not None)
+        if spawned or (n is not None and n > 1) or (n is None and cmd.loop is not None):
+            if hf or spawned or any(s.init_pg or s.ddp_wrap for s in closure):
+                return True, f"started as several ranks by {job.rel(cmd.site.file)}:{cmd.site.line} ({how})"
+    for s in closure:
+        if s.init_pg:
+            return True, f"init_process_group at {job.rel(s.path)}:{s.init_pg[0].site.line}"
+    for s in closure:
+        if s.ddp_wrap:
+            return True, f"DistributedDataParallel at {job.rel(s.path)}:{s.ddp_wrap[0].site.line}"
+    if hf and not launches_of(job, entry):
+        return True, "an HF Trainer script (DDP when started by torchrun or per rank)"
+    return False, "no process group (no init_process_group, no DDP launch)"

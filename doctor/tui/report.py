@@ -1,0 +1,93 @@
+"""Report export from the app: the same redacted report as `gpu-doctor report -o FILE`."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Static
+
+from doctor.case import Case
+
+if TYPE_CHECKING:
+    from doctor.tui.app import Options
+
+
+def default_report_path(case: Case) -> Path:
+    folder = case.root if case.root and case.root.is_dir() else Path.cwd()
+    return folder / "gpu-doctor-report.html"
+
+
+def write_report(case: Case, target: Path, *, hash_hosts: bool, playbook: str,
+                 facts: dict[str, Any] | None) -> tuple[int, str]:
+    """Write the report through the report command's own code; return (exit code, its words)."""
+    from doctor.report.cli import run_report
+
+    argv = [str(case.root)] if case.root else []
+    argv += ["-o", str(target), "--quiet", "--playbook", playbook]
+    if case.python:
+        argv += ["--python", case.python]
+    if hash_hosts:
+        argv.append("--hash-hosts")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_report(argv, preset_facts=facts)
+    words = (out.getvalue() + err.getvalue()).strip().splitlines()
+    return code, words[-1] if words else ""
+
+
+class ReportScreen(ModalScreen[Path | None]):
+    """Choose where to write the report; .html, .md, .json or .tar.gz by extension."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, case: Case, options: Options, facts: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.case = case
+        self.options = options
+        self.facts = facts
+        self.written: Path | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="report-form"):
+            yield Label("Export a redacted report (.html, .md, .json or .tar.gz)")
+            yield Input(str(default_report_path(self.case)), id="report-path")
+            yield Checkbox("Hash host names", id="hash-hosts")
+            with Horizontal():
+                yield Button("Write", variant="primary", id="write")
+                yield Button("Cancel", id="cancel")
+            yield Static("", id="report-status")
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(self.written)
+
+    @on(Button.Pressed, "#write")
+    @on(Input.Submitted, "#report-path")
+    def start_write(self) -> None:
+        target = Path(self.query_one("#report-path", Input).value).expanduser()
+        self.query_one("#report-status", Static).update(f"writing {target}…")
+        self.write_worker(target, self.query_one("#hash-hosts", Checkbox).value)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="report",
+          description="writing the report")
+    def write_worker(self, target: Path, hash_hosts: bool) -> None:
+        code, words = write_report(self.case, target, hash_hosts=hash_hosts,
+                                   playbook=self.options.playbook, facts=self.facts)
+        self.app.call_from_thread(self.show_result, target, code, words)
+
+    def show_result(self, target: Path, code: int, words: str) -> None:
+        status = self.query_one("#report-status", Static)
+        if code == 2:
+            status.update(f"[red]{words or 'could not write the report'}[/]")
+            return
+        self.written = target
+        status.update(f"[green]{words}[/]")
+        self.app.notify(f"report written: {target}")

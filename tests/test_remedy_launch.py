@@ -1,0 +1,140 @@
+"""The generated per-rank launch script runs real 2-rank gloo DDP jobs on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from doctor.case import Case
+from doctor.model import Evidence, Finding, Status
+from doctor.remedy import apply_plan, make_plan
+from doctor.remedy.launchline import scorep_launches
+from doctor.remedy.shell import ShellScript
+from doctor.remedy.text import TextDoc
+
+TESTS = Path(__file__).resolve().parent
+
+JOB = """\
+#!/bin/bash
+#SBATCH --nodes=1
+export SCOREP_CUDA_ENABLE=kernel
+OUT=results
+mkdir -p "$OUT"
+python -m scorep --cuda torchrun_wrapper.py --nproc_per_node=2 ddp_train.py --out "$OUT" --steps 3
+echo "job done: $?"
+"""
+
+WRAPPER = "from torch.distributed.run import main\n\nmain()\n"
+
+DDP_TRAIN = """\
+import argparse, os, sys
+import torch
+import torch.distributed as dist
+
+p = argparse.ArgumentParser()
+p.add_argument("--out")
+p.add_argument("--steps", type=int)
+args = p.parse_args()
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(args.steps):
+    opt.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    opt.step()
+env = [os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")]
+with open(os.path.join(args.out, f"rank{rank}.txt"), "w") as fh:
+    fh.write(" ".join(env + [str(dist.get_world_size())]))
+dist.destroy_process_group()
+if os.environ.get("FAIL_RANK") == str(rank):
+    sys.exit(3)
+"""
+
+
+def make_ddp_job(root: Path) -> Path:
+    root.mkdir()
+    (root / "job.sh").write_text(JOB)
+    (root / "torchrun_wrapper.py").write_text(WRAPPER)
+    (root / "ddp_train.py").write_text(DDP_TRAIN)
+    return root
+
+
+def apply_per_rank_launch(job: Path) -> Path:
+    f = Finding("LNC001", "launcher", Status.FAIL, "wraps torchrun",
+                (Evidence("python -m scorep ...", str(job / "job.sh"), 6),), ("per-rank-launch",), {},
+                {"file": str(job / "job.sh"), "line": 6})
+    apply_plan(make_plan(Case(root=job), [f]))
+    return job / "run_ranks.sh"
+
+
+def run_job(job: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "GPU_DOCTOR_WARMUP": "0", "MASTER_PORT": "", **env}
+    return subprocess.run(["bash", "job.sh"], cwd=job, env=full, capture_output=True, text=True, timeout=240)
+
+
+def test_generated_script_is_plain_bash_that_the_checks_can_read(tmp_path: Path) -> None:
+    script = apply_per_rank_launch(make_ddp_job(tmp_path / "job"))
+    doc = TextDoc(script.read_bytes())
+    assert ShellScript(doc).whole_parse
+    launch = scorep_launches(ShellScript(doc))[0]
+    assert [o.text for o in launch.options] == ["--cuda"]
+    assert "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$rank" in doc.text
+    job_text = (tmp_path / "job" / "job.sh").read_text()
+    assert 'OUT="$OUT" bash ./run_ranks.sh\necho "job done: $?"\n' in job_text
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+@pytest.mark.slow
+def test_per_rank_script_runs_a_2_rank_gloo_job_uninstrumented_and_exits_0(tmp_path: Path) -> None:
+    job = make_ddp_job(tmp_path / "job")
+    apply_per_rank_launch(job)
+    proc = run_job(job, GPU_DOCTOR_UNINSTRUMENTED="1")
+    assert proc.returncode == 0, proc.stderr
+    assert "job done: 0" in proc.stdout
+    assert (job / "results" / "rank0.txt").read_text() == "0 0 2 2 2"
+    assert (job / "results" / "rank1.txt").read_text() == "1 1 2 2 2"
+
+
+@pytest.mark.slow
+def test_one_failing_rank_makes_the_launch_exit_non_zero(tmp_path: Path) -> None:
+    job = make_ddp_job(tmp_path / "job")
+    script = apply_per_rank_launch(job)
+    proc = subprocess.run(["bash", str(script), "--uninstrumented", "--no-warmup"], cwd=job, capture_output=True,
+                          text=True, timeout=240,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                               "FAIL_RANK": "1", "OUT": str(job), "MASTER_PORT": ""})
+    assert proc.returncode == 3, proc.stderr
+    assert "rank 1 exited with status 3" in proc.stderr
+    assert (job / "rank0.txt").exists()
+
+
+@pytest.mark.slow
+def test_each_rank_runs_under_its_own_scorep_wrapper_and_folder(tmp_path: Path) -> None:
+    job = make_ddp_job(tmp_path / "job")
+    apply_per_rank_launch(job)
+    records = tmp_path / "records"
+    records.mkdir()
+    proc = run_job(job, PYTHONPATH=str(TESTS / "fake_scorep"), FAKE_SCOREP_RECORD_DIR=str(records))
+    assert proc.returncode == 0, proc.stderr
+    seen = sorted((json.loads(p.read_text()) for p in records.glob("wrapper_*.json")),
+                  key=lambda r: r["env"]["RANK"])
+    assert [r["flags"] for r in seen] == [["--cuda"], ["--cuda"]]
+    assert [r["env"]["SCOREP_EXPERIMENT_DIRECTORY"] for r in seen] == ["scorep_rank_0", "scorep_rank_1"]
+    assert all(r["script"] == "ddp_train.py" for r in seen)
+    assert (job / "scorep_rank_0" / "profile.cubex").exists() and (job / "scorep_rank_1").is_dir()
+
+
+def test_without_scorep_and_without_the_flag_it_says_so(tmp_path: Path) -> None:
+    job = make_ddp_job(tmp_path / "job")
+    apply_per_rank_launch(job)
+    proc = run_job(job, PYTHONPATH="", GPU_DOCTOR_UNINSTRUMENTED="0")
+    assert "Score-P's Python bindings are not importable" in proc.stderr
+    assert "job done: 2" in proc.stdout
+    assert not (job / "results" / "rank0.txt").exists()

@@ -1,0 +1,140 @@
+"""Jobs on a real two-node Slurm cluster (both slurmds on this machine): `gpu-doctor launch`
+through `srun`, and the sbatch script `gpu-doctor fix` writes, submitted for real.
+
+The ranks are CPU `gloo` DDP processes (torch from the test interpreter), each under
+the Score-P stand-in (tests/fake_scorep), so per-rank experiment folders appear as
+with the real `python -m scorep`. One cluster for the module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from doctor.case import Case
+from doctor.model import Evidence, Finding, Status
+from launch_util import fake_scorep_env
+from slurm_cluster import LocalSlurm, slurm_missing
+from slurm_util import DDP_JOB, PYTHON, TORCHRUN, job_env, write_exec
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
+    reason = slurm_missing()
+    if reason:
+        pytest.skip(reason)
+    with LocalSlurm(tmp_path_factory.mktemp("slurm"), nodes=2, cpus=2) as cluster:
+        yield cluster
+
+
+def rank_lines(text: str) -> dict[int, str]:
+    """`rank R of W on node N ...` lines of the DDP job, by rank."""
+    return {int(m.group(1)): m.group(0) for m in re.finditer(r"^rank (\d+) of 2 on node .*$", text, re.M)}
+
+
+def test_launch_in_a_two_node_allocation_runs_one_instrumented_srun_task_per_rank(
+        slurm: LocalSlurm, tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(DDP_JOB)
+    run_dir = tmp_path / "run"
+    script = write_exec(tmp_path / "launch.sbatch", f"""#!/bin/sh
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+exec {PYTHON} -m doctor launch --plain --instrument scorep --scorep-flags=--thread=pthread \\
+    --run-dir {run_dir} -- job.py --steps 2
+""")
+    env = job_env(fake_scorep_env(tmp_path, job_env()))
+    job = slurm.sbatch(script, f"--output={tmp_path}/slurm-%j.out", f"--chdir={tmp_path}", env=env)
+
+    state = slurm.wait_job(job, timeout=240)
+    out = (tmp_path / f"slurm-{job}.out").read_text()
+    assert state == "COMPLETED", out
+    first, second = slurm.run("scontrol", "show", "hostnames", slurm.job_field(job, "NodeList")).stdout.split()
+    # One srun step carries both ranks: rank from SLURM_PROCID, local rank from SLURM_LOCALID,
+    # master = the allocation's first node.
+    plan = json.loads((run_dir / "launch.json").read_text())
+    [step] = plan["processes"]
+    assert Path(step["argv"][0]).name == "srun" and step["ranks"] == [0, 1]
+    assert "--nodes=2" in step["argv"] and "--ntasks-per-node=1" in step["argv"]
+    for rank, node in ((0, first), (1, second)):
+        log = (run_dir / f"rank_{rank}.log").read_text()
+        assert re.search(rf"^rank {rank} of 2 on node {node} procid {rank} local 0 master {first}:\d+$",
+                         log, re.M), log
+        assert "all_reduce 3" in log and f"rank {rank} done" in log
+        assert f"fake scorep: measuring job.py into scorep_rank_{rank}" in log
+        assert (tmp_path / f"scorep_rank_{rank}" / "profile.cubex").exists()
+    records = [json.loads(p.read_text()) for p in (tmp_path / "scorep_records").iterdir()]
+    assert sorted(r["env"]["RANK"] for r in records) == ["0", "1"]
+    assert all(r["flags"] == ["--thread=pthread"] for r in records)
+    assert "all 2 ranks finished with exit code 0" in out
+
+
+# The field guide's job: torchrun wrapped in `python -m scorep` (LNC001) on a node whose
+# CUDA runtime GPU003 found broken for good (LNC003).
+BROKEN_SBATCH = f"""#!/bin/bash
+#SBATCH --job-name=ddp-fixed
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=2
+
+{PYTHON} -m scorep --thread=pthread scorep_torchrun.py --nproc_per_node=2 job.py --steps 2
+"""
+
+
+def seed_findings(job: Path, bad_node: str) -> list[Finding]:
+    """What LNC001 and LNC003 report on BROKEN_SBATCH (same IDs, remedy IDs and data)."""
+    lines = job.read_text().splitlines()
+    launch = next(i for i, ln in enumerate(lines, 1) if "-m scorep" in ln)
+    last_sbatch = max(i for i, ln in enumerate(lines, 1) if ln.startswith("#SBATCH"))
+    lnc001 = Finding("LNC001", "launcher", Status.FAIL, "torchrun under python -m scorep",
+                     (Evidence(lines[launch - 1], str(job), launch),), ("per-rank-launch",), {},
+                     {"file": str(job), "line": launch, "text": lines[launch - 1]})
+    lnc003 = Finding("LNC003", "launcher", Status.FAIL,
+                     f"{bad_node}'s CUDA runtime is broken (never_ready) and the job does not exclude it",
+                     (Evidence(f"CUDA runtime on {bad_node}: never_ready", label="GPU003"),), ("exclude-node",),
+                     {"host": bad_node},
+                     {"node": bad_node, "host": bad_node, "runtime_state": "never_ready", "file": str(job),
+                      "line": last_sbatch, "text": lines[last_sbatch - 1], "insert_after_line": last_sbatch})
+    return [lnc001, lnc003]
+
+
+def test_the_fixed_sbatch_script_runs_off_the_broken_node_one_scorep_per_rank(
+        slurm: LocalSlurm, tmp_path: Path) -> None:
+    from doctor.remedy.apply import apply_plan
+    from doctor.remedy.planner import make_plan
+
+    job_script = tmp_path / "job.sbatch"
+    job_script.write_text(BROKEN_SBATCH)
+    (tmp_path / "scorep_torchrun.py").write_text(TORCHRUN)
+    (tmp_path / "job.py").write_text(DDP_JOB)
+    bad = slurm.host
+    plan = make_plan(Case(root=tmp_path), seed_findings(job_script, bad))
+    assert {p.remedy_id: p.status for p in plan.remedies} == {"per-rank-launch": "ready",
+                                                               "exclude-node": "ready"}
+    apply_plan(plan)
+    fixed = job_script.read_text()
+    assert f"#SBATCH --exclude={bad}" in fixed and "bash ./run_ranks.sh" in fixed
+
+    # No GPU here: the per-rank script's CUDA warm-up is switched off by its documented knob.
+    env = job_env(fake_scorep_env(tmp_path, job_env({"GPU_DOCTOR_WARMUP": "0"})))
+    job = slurm.sbatch(job_script, f"--output={tmp_path}/slurm-%j.out", f"--chdir={tmp_path}", env=env)
+
+    state = slurm.wait_job(job, timeout=180)
+    out = (tmp_path / f"slurm-{job}.out").read_text()
+    assert state == "COMPLETED", out
+    assert slurm.job_field(job, "ExcNodeList") == bad
+    assert slurm.job_field(job, "NodeList") == "localhost"
+    ranks = rank_lines(out)
+    assert sorted(ranks) == [0, 1], out
+    assert all(" on node localhost " in line for line in ranks.values())
+    assert "rank 0 done" in out and "rank 1 done" in out
+    for rank in (0, 1):
+        assert (tmp_path / f"scorep_rank_{rank}" / "profile.cubex").exists()
+    records = [json.loads(p.read_text()) for p in (tmp_path / "scorep_records").iterdir()]
+    assert sorted(r["env"]["SCOREP_EXPERIMENT_DIRECTORY"] for r in records) == ["scorep_rank_0", "scorep_rank_1"]
