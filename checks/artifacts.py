@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from doctor import registry
 from doctor.artifacts.discover import cuda_requested
 from doctor.artifacts.experiments import Experiment, Experiments
 from doctor.artifacts.jobinfo import expected_ranks, job_cuda_enable
@@ -185,8 +186,6 @@ def _cuda_outcome(exp: Experiment, job_setting: tuple[str, Evidence] | None) -> 
 
 def _api_only(exp: Experiment) -> Outcome:
     """CUDA API regions but no GPU stream: the adapter ran, kernel recording was off."""
-    from doctor import registry
-
     ev = [Evidence(describe(exp), exp.path, label="measured"),
           Evidence(f"{exp.cuda_regions} CUDA region(s), no CUDA[dev:stream] location", exp.path)]
     asked = exp.cuda_setting

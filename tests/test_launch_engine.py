@@ -76,16 +76,17 @@ def test_engine_streams_events_to_asyncio_and_keeps_exact_logs(tmp_path: Path) -
     assert log.endswith(b"\r\n" + b"z" * 200000 + b"\nbye\n")
 
 
-def test_engine_events_from_a_blocking_iterator_in_a_thread(tmp_path: Path) -> None:
-    launcher = Launcher(_spec(tmp_path, "print('one line')\n", nproc=1))
-    stream = launcher.subscribe()
+def test_engine_events_for_one_rank_from_a_blocking_iterator_in_a_thread(tmp_path: Path) -> None:
+    launcher = Launcher(_spec(tmp_path, "import os; print('line of', os.environ['RANK'])\n", nproc=2))
+    stream = launcher.subscribe(rank=1)
     seen: list[Event] = []
     reader = threading.Thread(target=lambda: seen.extend(stream))
     reader.start()
     launcher.start()
     reader.join(60)
     assert isinstance(seen[-1], RunFinished)
-    assert any(isinstance(ev, RankOutput) and ev.lines == ("one line",) for ev in seen)
+    assert {getattr(ev, "rank", None) for ev in seen[:-1]} == {1}
+    assert any(isinstance(ev, RankOutput) and ev.lines == ("line of 1",) for ev in seen)
 
 
 def test_a_rank_that_cannot_start_fails_the_run(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_runtime_probe_gives_up_inside_its_budget(fake_node):
     env = fake_node("permanent_802")
     t0 = time.monotonic()
     rt = gather(env, "cuda_runtime", budget=2.5)
-    assert time.monotonic() - t0 < 2.5 + 0.5
+    assert time.monotonic() - t0 < 2.5 + 1.5
     assert rt["state"] == "never_ready" and len(rt["attempts"]) >= 2
     assert {a["code"] for a in rt["attempts"]} == {802}
 

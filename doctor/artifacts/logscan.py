@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BLOCK = 8 << 20
+BLOCK = 1 << 20  # fits in L2/L3 for the search and the newline count that follows
 MAX_CARRY = 16 << 20  # a line longer than this is cut (a match across the cut is lost)
 MAX_PER_FILE = 50  # matches kept per (file, signature)
 FOLLOW_LINES = 4  # how far below its first line a multi-line message may continue

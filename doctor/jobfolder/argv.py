@@ -44,7 +44,7 @@ _NSYS_VALUE = {"-o", "--output", "-t", "--trace", "-s", "--sample", "-d", "--dur
                "--gpu-metrics-device", "-k", "--kernel-name", "--metrics", "--section", "--set",
                "-n", "--nvtx", "--target-processes", "--replay-mode", "--launch-count"}
 _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path",
-                   "--run_path", "--master_addr_only"}
+                   "--run_path", "--use_env", "--use-env"}
 _ACCELERATE_FLAGS = {"--multi_gpu", "--cpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm",
                      "--use_xpu", "--debug", "-m", "--module", "--no_python", "--quiet", "-q", "--tpu",
                      "--same_network", "--dynamo_use_fullgraph", "--dynamo_use_dynamic", "--multi-gpu"}

@@ -80,9 +80,9 @@ def discover_files(root: str, depth: int = 2) -> tuple[list[str], list[str]]:
 class JobBuilder:
     def __init__(self, case: Case):
         self.case = case
-        root = Path(case.root) if case.root is not None else None
-        launch = [str(Path(p).resolve()) for p in case.launch]
-        scripts = [str(Path(p).resolve()) for p in case.scripts]
+        root = Path(os.path.abspath(case.root)) if case.root is not None else None
+        launch = [os.path.abspath(p) for p in case.launch]
+        scripts = [os.path.abspath(p) for p in case.scripts]
         if root is not None and root.is_file():
             (scripts if root.suffix == ".py" else launch).append(str(root))
             root = root.parent

@@ -1,0 +1,161 @@
+"""Bad input never raises: each odd file becomes a clear finding or note, and the other checks still run."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+
+import pytest
+from jobfolder_util import HEALTHY, JOB_CHECKS, case_for, job_of, run_check, worst, write_job
+
+from doctor.jobfolder import reading
+from doctor.model import Status
+from doctor.runner import run_checks
+
+LAUNCH = "#!/bin/bash\nexport SCOREP_TOTAL_MEMORY=4G\npython -m scorep --cuda train.py\n"
+
+
+def problem_of(root: Path, name: str = "train.py") -> str | None:
+    job = job_of(root)
+    script = job.script(str(root / name))
+    assert script is not None, [s.path for s in job.scripts]
+    return script.problem
+
+
+def assert_other_checks_still_run(root: Path) -> None:
+    """The whole job-layer run completes; SCP003 still finds the 4G in the launch script."""
+    run = run_checks(case_for(root), list(JOB_CHECKS), budget_s=60, preset_facts=dict(HEALTHY))
+    assert {r.check_id for r in run.results} >= set(JOB_CHECKS)
+    assert run.result("SCP003").status == Status.FAIL  # type: ignore[union-attr]
+    assert not any("internal error" in r.message for r in run.results), [r.message for r in run.results]
+
+
+def test_syntax_error_in_the_training_script(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH, "train.py": "import torch\ndef main(:\n    pass\n"})
+    assert problem_of(root) == "syntax error at line 2: invalid syntax"
+    out = run_check("SCR001", root)
+    assert worst(out) == Status.UNKNOWN and "train.py" in out[0].message and "syntax error" in out[0].message
+    assert_other_checks_still_run(root)
+
+
+def test_binary_file_named_train_py(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH, "train.py": b"\x7fELF\x02\x01\x01\x00" + os.urandom(4096)})
+    assert "binary file" in (problem_of(root) or "")
+    assert worst(run_check("SCR002", root)) == Status.UNKNOWN
+    assert_other_checks_still_run(root)
+
+
+def test_empty_training_script_and_empty_job_script(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH, "empty.sh": "", "train.py": "   \n"})
+    assert problem_of(root) == "empty file: nothing to analyse"
+    job = job_of(root)
+    assert any(n.kind == "empty" and n.file.endswith("empty.sh") for n in job.notes)
+    assert_other_checks_still_run(root)
+
+
+def test_unreadable_training_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH, "train.py": "import scorep.user\n"})
+    target = str(root / "train.py")
+    real_open = os.open
+
+    def denied(path: str, *args: object, **kw: object) -> int:
+        if os.fspath(path) == target:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reading.os, "open", denied)
+    assert problem_of(root) == "unreadable: permission denied"
+    assert worst(run_check("SCR001", root)) == Status.UNKNOWN
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode-000 files; covered through the fake above")
+def test_unreadable_training_script_for_real(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH, "train.py": "import scorep.user\n"})
+    (root / "train.py").chmod(0)
+    try:
+        assert problem_of(root) == "unreadable: permission denied"
+    finally:
+        (root / "train.py").chmod(0o644)
+
+
+def test_a_100_mb_script_is_not_read_and_says_so(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH})
+    with open(root / "train.py", "wb") as fh:
+        fh.write(b"import scorep.user\n")
+        fh.truncate(100 * 2**20)
+    with open(root / "huge.sh", "wb") as fh:
+        fh.write(b"#!/bin/bash\necho hi\n")
+        fh.truncate(100 * 2**20)
+    start = time.monotonic()
+    job = job_of(root)
+    assert time.monotonic() - start < 20  # bounded work, not a speed benchmark
+    assert "100.0 MiB, above the 4 MiB limit" in (job.script(str(root / "train.py")).problem or "")  # type: ignore[union-attr]
+    out = run_check("LNC001", root)
+    assert any(o.status == Status.UNKNOWN and "huge.sh" in o.message for o in out)
+    assert_other_checks_still_run(root)
+
+
+def test_symlink_loop(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH})
+    os.symlink("loop_b.py", root / "train.py")
+    os.symlink("train.py", root / "loop_b.py")
+    os.symlink("loop.sh", root / "loop.sh")
+    assert problem_of(root) == "symlink loop"
+    assert any(n.text == "symlink loop" for n in job_of(root).notes)
+    assert_other_checks_still_run(root)
+
+
+def test_fifo_named_train_py_does_not_block(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH})
+    os.mkfifo(root / "train.py")
+    assert problem_of(root) == "not a regular file"
+
+
+def test_non_utf8_files_are_read_with_a_note(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {
+        "job.sh": "#!/bin/bash\n# Grüße\n".encode("latin-1") + b"export SCOREP_TOTAL_MEMORY=4G\n"
+                  b"python -m scorep --cuda train.py\n",
+        "train.py": "# Gr\xfc\xdfe\nimport scorep.user\nimport torch.distributed as dist\n"
+                    "dist.init_process_group('nccl')\n".encode("latin-1"),
+        "coded.py": b"# -*- coding: latin-1 -*-\n# \xe9t\xe9\nx = 1\n",
+    })
+    job = job_of(root)
+    script = job.script(str(root / "train.py"))
+    assert script is not None and script.problem is None and script.scorep_imports[0].site.line == 2
+    assert any("not valid utf-8" in n for n in script.notes)
+    assert any(n.kind == "encoding" and n.file.endswith("job.sh") for n in job.notes)
+    assert worst(run_check("SCP003", root)) == Status.FAIL
+
+
+def test_missing_training_script(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH})
+    assert problem_of(root) == "does not exist"
+    assert worst(run_check("SCR002", root)) == Status.UNKNOWN
+
+
+def test_gate_as_root_does_not_follow_symlinks_out_of_the_folder(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the no-symlink rule applies to the gate running as root")
+    secret = write_job(tmp_path / "elsewhere", {"train.py": "import scorep.user\n"})
+    root = write_job(tmp_path / "job", {"job.sh": LAUNCH})
+    os.symlink(secret / "train.py", root / "train.py")
+    job = job_of(root, gate=True)
+    assert "symlink" in (job.script(str(root / "train.py")).problem or "")  # type: ignore[union-attr]
+    # outside the gate the same link is followed
+    assert job_of(root).script(str(root / "train.py")).scorep_imports  # type: ignore[union-attr]
+
+
+def test_scripts_outside_the_folder_are_not_read(tmp_path: Path) -> None:
+    outside = write_job(tmp_path / "shared", {"train.py": "import scorep.user\n"})
+    root = write_job(tmp_path / "job", {"job.sh": f"python -m scorep --cuda {outside / 'train.py'}\n"})
+    assert problem_of(root, str(outside / "train.py")) == "outside the job folder; not read"
+
+
+def test_no_job_folder_gives_an_empty_job(tmp_path: Path) -> None:
+    from doctor.case import Case
+    from doctor.jobfolder.discover import load_job
+
+    assert load_job(Case(root=None)).commands == ()
+    assert worst(run_check("SCR001", write_job(tmp_path, {}))) == Status.SKIP
