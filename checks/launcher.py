@@ -24,9 +24,12 @@ def _unreadable(job: Job) -> list[Outcome]:
     for f in job.shell_files:
         if not f.analysed:
             note = next((n for n in job.notes if n.file == f.path), None)
-            out.append(unknown(f"cannot analyse {job.rel(f.path)}: {note.text if note else 'unreadable'}",
-                               Evidence(note.text if note else "unreadable", job.rel(f.path), None,
-                                        "not analysed")))
+            text = note.text if note else "unreadable"
+            evidence = Evidence(text, job.rel(f.path), None, "not analysed")
+            if f.role == "job":
+                out.append(unknown(f"cannot analyse {job.rel(f.path)}: {text}", evidence))
+            else:  # a sourced file or child script the job names
+                out.append(skip(f"{job.rel(f.path)} ({f.role} by the job) not analysed: {text}", evidence))
     return out
 
 

@@ -39,7 +39,7 @@ class ProbeContext:
     """What a provider may use: the case, the facts, and the time left."""
 
     case: Case
-    facts: "Facts"
+    facts: Facts
     deadline: float
     timeout: float
 

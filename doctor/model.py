@@ -7,8 +7,9 @@ can share it without importing anything heavy.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 
 class Status(str, enum.Enum):
@@ -146,7 +147,7 @@ class Finding:
     data: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def stamp(cls, check_id: str, layer: str, outcome: Outcome) -> "Finding":
+    def stamp(cls, check_id: str, layer: str, outcome: Outcome) -> Finding:
         return cls(check_id, layer, outcome.status, outcome.message, outcome.evidence,
                    outcome.remedies, outcome.entities, outcome.data)
 
@@ -182,7 +183,7 @@ class CheckResult:
 
     @classmethod
     def from_findings(cls, check_id: str, layer: str, title: str,
-                      findings: tuple[Finding, ...], duration_ms: float) -> "CheckResult":
+                      findings: tuple[Finding, ...], duration_ms: float) -> CheckResult:
         worst = max(findings, key=lambda f: f.status.rank)
         bad = [f for f in findings if f.status == worst.status]
         message = worst.message if len(bad) == 1 else f"{worst.message} (and {len(bad) - 1} more)"

@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from doctor.model import Layer, Outcome, Safety
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from doctor import registry
 from doctor.case import Case
@@ -106,7 +107,7 @@ def run_checks(case: Case, check_ids: Sequence[str], budget_s: float = 60.0,
                mode: str = "check", preset_facts: dict[str, Any] | None = None) -> Run:
     """Run `check_ids` (and their dependencies) over `case` within `budget_s` seconds."""
     registry.load_checks(check_ids)
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     t0 = time.monotonic()
     checks = order_checks(check_ids)
     facts = Facts(case, t0 + budget_s, preset_facts)

@@ -40,6 +40,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--out")
 p.add_argument("--steps", type=int)
 args = p.parse_args()
+if os.environ.get("FAIL_RANK") == os.environ["RANK"]:
+    sys.exit(3)  # before the rendezvous: the other rank waits there until it is stopped
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
@@ -52,8 +54,6 @@ env = [os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_
 with open(os.path.join(args.out, f"rank{rank}.txt"), "w") as fh:
     fh.write(" ".join(env + [str(dist.get_world_size())]))
 dist.destroy_process_group()
-if os.environ.get("FAIL_RANK") == str(rank):
-    sys.exit(3)
 """
 
 
@@ -103,16 +103,16 @@ def test_per_rank_script_runs_a_2_rank_gloo_job_uninstrumented_and_exits_0(tmp_p
 
 
 @pytest.mark.slow
-def test_one_failing_rank_makes_the_launch_exit_non_zero(tmp_path: Path) -> None:
+def test_one_failing_rank_stops_the_others_and_the_launch_exits_with_its_status(tmp_path: Path) -> None:
     job = make_ddp_job(tmp_path / "job")
     script = apply_per_rank_launch(job)
     proc = subprocess.run(["bash", str(script), "--uninstrumented", "--no-warmup"], cwd=job, capture_output=True,
                           text=True, timeout=240,
                           env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-                               "FAIL_RANK": "1", "OUT": str(job), "MASTER_PORT": ""})
+                               "FAIL_RANK": "1", "OUT": str(job), "MASTER_PORT": "", "GRACE_S": "1"})
     assert proc.returncode == 3, proc.stderr
-    assert "rank 1 exited with status 3" in proc.stderr
-    assert (job / "rank0.txt").exists()
+    assert "rank 1 exited with status 3; stopping the other ranks in 1s" in proc.stderr
+    assert not (job / "rank0.txt").exists()
 
 
 @pytest.mark.slow

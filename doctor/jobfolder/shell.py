@@ -131,9 +131,37 @@ def line_starts(text: str) -> list[int]:
     return starts
 
 
+_patched = False
+
+
+def _bashlex() -> Any:
+    """bashlex, with its `while COND<newline>do` bug tolerated.
+
+    bashlex 0.18 asserts that a while/until condition is a list node, which it is only
+    when a `;` ends it; a newline before `do` (the common layout) makes it a command node.
+    The tree is fine either way, so that one assertion is relaxed.
+    """
+    global _patched
+    import bashlex
+    import bashlex.parser as bp
+
+    if not _patched:
+        strict = bp.handleAssert
+
+        def lenient(p: Any, test: bool) -> None:
+            if not test and len(p) > 2 and p[1] in ("while", "until") and \
+                    getattr(p[2], "kind", None) in ("command", "pipeline", "compound"):
+                return
+            strict(p, test)
+
+        bp.handleAssert = lenient
+        _patched = True
+    return bashlex
+
+
 def parse_nodes(prep: Prepared, path: str, notes: list[Note]) -> list[tuple[Any, int]]:
     """bashlex nodes of a prepared script as (node, offset); statement by statement on failure."""
-    import bashlex
+    bashlex = _bashlex()
 
     text = prep.text
     try:
@@ -236,14 +264,14 @@ class ShellWalker:
         self._running: set[str] = set()
 
     # -- files ------------------------------------------------------------
-    def load(self, path: str) -> tuple[FileCtx, list[tuple[Any, int]]] | None:
+    def load(self, path: str, role: str = "job") -> tuple[FileCtx, list[tuple[Any, int]]] | None:
         if path in self._cache:
             return self._cache[path]
         src = self.read(path)
         result = None
         if src.text is None:
             self.notes.append(Note(path, f"{src.problem}", None, src.kind or "unreadable"))
-            self.files[path] = ShellFile(path, "job", analysed=False)
+            self.files[path] = ShellFile(path, role, analysed=False)
         else:
             for n in src.notes:
                 self.notes.append(Note(path, n, None, "empty" if src.kind == "empty" else "encoding"))
@@ -258,7 +286,7 @@ class ShellWalker:
                  wrappers: tuple[Wrapper, ...] = ()) -> None:
         if depth > MAX_DEPTH or path in self._running:
             return
-        loaded = self.load(path)
+        loaded = self.load(path, role)
         if loaded is None:
             return
         fctx, nodes = loaded

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from doctor.jobfolder.words import match_close
 
-RESERVED_START = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "(", "time", "in"}
+RESERVED_START = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "(", "time", "in", "exec"}
 META = set(";&|()<> \t\n")
 
 
