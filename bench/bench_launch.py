@@ -47,10 +47,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def bash_loop(python: str, workdir: Path, warmup: bool) -> list[str]:
+def bash_loop(python: str, workdir: Path, warmup: bool, sessions: bool = False) -> list[str]:
     port = free_port()
+    setsid = "setsid --wait " if sessions else ""
     loop = (f'for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 '
-            f'MASTER_PORT={port} "$PY" job.py > rank_$r.log 2>&1 & done; wait')
+            f'MASTER_PORT={port} {setsid}"$PY" job.py > rank_$r.log 2>&1 & done; wait')
     return ["bash", "-c", (WARMUP if warmup else "") + loop]
 
 
@@ -81,6 +82,9 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=7, help="pairs of runs (at least 5)")
     p.add_argument("--warmup", action="store_true", help="include the CUDA warm-up on both sides")
     p.add_argument("--python", default=sys.executable)
+    p.add_argument("--sessions", action="store_true",
+                   help="run each bash-loop rank in its own session (setsid), as gpu-doctor does: with "
+                        "sched_autogroup on a loaded machine a session gets its own CPU share")
     args = p.parse_args()
     repo = Path(__file__).resolve().parent.parent
     env = dict(os.environ, PY=args.python,
@@ -95,7 +99,7 @@ def main() -> int:
         (workdir / "job.py").write_text(JOB)
         timed(bash_loop(args.python, workdir, False), workdir, env)   # warm the page cache once
         for i in range(max(5, args.runs)):
-            b = timed(bash_loop(args.python, workdir, args.warmup), workdir, env)
+            b = timed(bash_loop(args.python, workdir, args.warmup, args.sessions), workdir, env)
             d = timed(gpu_doctor(args.python, args.warmup), workdir, env)
             if not (b and d):
                 continue
@@ -110,7 +114,7 @@ def main() -> int:
         print("fewer than 5 good pairs; no verdict", file=sys.stderr)
         return 1
     mb, md, mr = statistics.median(bash_times), statistics.median(doctor_times), statistics.median(ratios)
-    what = "with warm-up" if args.warmup else "no warm-up"
+    what = ("with warm-up" if args.warmup else "no warm-up") + (", bash ranks setsid" if args.sessions else "")
     print(f"2-rank gloo DDP job, {what}, {len(ratios)} pairs on {os.cpu_count()} CPUs:")
     print(f"  median bash loop        {mb:.2f} s")
     print(f"  median gpu-doctor launch {md:.2f} s")

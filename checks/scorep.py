@@ -253,6 +253,8 @@ def cuda_buffer(facts: Facts) -> list[Outcome]:
             continue
         proposed = propose_buffer(proposal or DEFAULT_CUDA_BUFFER)
         evidence = [_log_evidence(job, m)] + ([var_evidence(job, current[1])] if current and current[1] else [])
+        evidence.append(Evidence(f"SCOREP_CUDA_BUFFER={format_size(proposed)} ({proposed} bytes, minimum "
+                                 f"{proposal or '?'})", label="proposed"))
         data = {"var": "SCOREP_CUDA_BUFFER", "dropped": values.get("dropped"),
                 "current_bytes": current[0] if current else DEFAULT_CUDA_BUFFER,
                 "minimum": proposal, "proposed": format_size(proposed), "proposed_bytes": proposed,
@@ -279,6 +281,7 @@ def cuda_buffer(facts: Facts) -> list[Outcome]:
             evidence = [ev(job, cmd.site, "launch", f"{cmd.site.text}  ({n} ranks: {how})")]
             if var is not None:
                 evidence.append(var_evidence(job, var))
+            evidence.append(Evidence(f"SCOREP_CUDA_BUFFER={format_size(proposed)}", label="proposed"))
             out.append(warn(f"{n} CUDA-recording ranks with a {format_size(size)} CUPTI buffer each: expect dropped "
                             f"records; set SCOREP_CUDA_BUFFER={format_size(proposed)}", evidence,
                             "scorep-cuda-buffer",

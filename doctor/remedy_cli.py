@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,12 @@ def fix_parser() -> Parser:
 def fix_main(argv: list[str]) -> int:
     args = fix_parser().parse_args(argv)
     case = case_from_args(args)
+    if case.root is not None and case.root.is_file():  # PATH names one script: its folder is the job
+        script = case.root
+        if script.suffix == ".py":
+            case = replace(case, root=script.parent, scripts=(script, *case.scripts))
+        else:
+            case = replace(case, root=script.parent, launch=(script, *case.launch))
     registry.load()
     unknown = [r for r in args.only if r not in registry.REMEDIES]
     if unknown:
@@ -111,7 +118,7 @@ def _steps(rp: RemedyPlan) -> list[str]:
 
 def apply_and_verify(plan: Plan, case: Any, argv: list[str], say: Any) -> int:
     from doctor.remedy.apply import apply_plan
-    from doctor.remedy.verify import record, run_job_checks, verify_plan
+    from doctor.remedy.verify import recheck, record, verify_plan
 
     for rp in list(plan.remedies) + list(plan.skipped):
         if rp.status != "ready":
@@ -130,7 +137,7 @@ def apply_and_verify(plan: Plan, case: Any, argv: list[str], say: Any) -> int:
     for path in result.written:
         print(f"wrote {display_path(path, plan.root)}")
     say("gpu-doctor fix: re-running the checks ...")
-    checks = verify_plan(plan, run_job_checks(case))
+    checks = verify_plan(plan, recheck(case, plan))
     record(plan, result.tx, checks)
     failed = 0
     for v in checks:

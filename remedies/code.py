@@ -195,16 +195,11 @@ def capture_producer(module: Any) -> tuple[Any, int]:
                 return updated
             self.count += len(captured)
             stmts = []
+            note = pyedit.comment_lines(module, "gpu-doctor SCR003: the producer stream, captured before "
+                                                "entering the stream context")
             for i, (name, call) in enumerate(captured):
                 stmt = pyedit.statement(module, f"{name} = {code_of(call)}\n")
-                comment = cst.Comment("# outside the stream context (gpu-doctor SCR003)") \
-                    if i == 0 else None
-                stmt = stmt.with_changes(
-                    leading_lines=updated.leading_lines if i == 0 else [],
-                    trailing_whitespace=stmt.trailing_whitespace.with_changes(
-                        whitespace=cst.SimpleWhitespace("  "), comment=comment) if comment else
-                    stmt.trailing_whitespace)
-                stmts.append(stmt)
+                stmts.append(stmt.with_changes(leading_lines=[*updated.leading_lines, *note] if i == 0 else []))
             return cst.FlattenSentinel([*stmts, updated.with_changes(leading_lines=[])])
 
     transformer = Capture()

@@ -105,6 +105,14 @@ def per_rank_launch(ctx: RemedyContext) -> None:
             done = True
             break  # one launch per script: the offsets of the rest moved
     if not done:
+        spawners = {str(t.data.get("spawner")) for t in ctx.targets() if t.data.get("spawner")}
+        if spawners - {"torchrun", "torch.distributed.run", "torch.distributed.launch", "wrapper-script"}:
+            raise CannotPlan(f"python -m scorep wraps {', '.join(sorted(spawners))}, which gpu-doctor cannot "
+                             "rewrite into a per-rank launch",
+                             ["Start each rank yourself as its own `python -m scorep --cuda train.py ...` with "
+                              "RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
+                              "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N (field guide, error 8), or use "
+                              "`gpu-doctor launch`."])
         ctx.note = "no python -m scorep launch wraps torchrun"
 
 

@@ -7,7 +7,6 @@ measures, not what the job computes.
 
 from __future__ import annotations
 
-import difflib
 import re
 
 from doctor.model import Safety
@@ -101,7 +100,13 @@ def _proposal(ctx: RemedyContext) -> int | None:
 @remedy("scorep-cuda-buffer", Safety.SAFE,
         "Set SCOREP_CUDA_BUFFER above CUPTI's proposed minimum", fixes=["SCP004"])
 def cuda_buffer(ctx: RemedyContext) -> None:
-    """Raise SCOREP_CUDA_BUFFER where it is set, else export it before the instrumented launch."""
+    """Raise SCOREP_CUDA_BUFFER where it is set, else export it before the instrumented launch.
+
+    The size: the check's own proposal where the finding carries one (SCP004 proposes a
+    power of two at least 4x CUPTI's minimum: 64M for the field guide's 8889000, the
+    guide's own choice), else the smallest power-of-two MiB at or above CUPTI's proposed
+    minimum (8889000 -> 16M), else 64M.
+    """
     value = cuda_buffer_for(_proposal(ctx))
     want = parse_size(value) or 0
     changed = False
@@ -219,6 +224,8 @@ def cuda_enable_fix(ctx: RemedyContext) -> None:
 
 def corrected_cuda_enable(value: str) -> str:
     """Map each unknown entry to its nearest accepted one (`kernels` -> `kernel`), dropping the rest."""
+    import difflib
+
     seps = re.findall(r"[\s,:;]+", value)
     sep = seps[0] if seps else ","
     out: list[str] = []

@@ -102,6 +102,10 @@ def test_stop_from_the_api_stops_every_rank_and_their_children(tmp_path: Path) -
     children = [int(s.last_line.split()[-1]) for s in launcher.statuses()]
     launcher.stop("stopped by the test")
     summary = launcher.wait(30)
+    with Launcher(_spec(tmp_path, SLEEPER, nproc=1)) as closed:
+        closed.start()
+        wait_until(lambda: closed.statuses()[0].lines, 30, "the rank to print")
+    assert closed.summary is not None and closed.summary.ranks[0].state == RankState.KILLED
 
     assert summary is not None and summary.exit_code == 130
     assert summary.reason == "stopped by the test; stopped 2 of 2 ranks"
@@ -137,7 +141,7 @@ def test_sighup_to_gpu_doctor_stops_every_rank_group(tmp_path: Path) -> None:
 
 FAKE_SRUN = r'''#!{python}
 """Test stand-in for `srun --label`: runs the tasks here, labels their lines."""
-import os, subprocess, sys, threading
+import os, subprocess, sys, threading, time
 args, opts = sys.argv[1:], {{}}
 while args and args[0].startswith("--"):
     key, _, value = args.pop(0)[2:].partition("=")
@@ -161,13 +165,24 @@ def pump(task, proc):
             sys.stdout.flush()
 threads = [threading.Thread(target=pump, args=(t, p)) for t, p in enumerate(procs)]
 for t in threads: t.start()
-codes = [p.wait() for p in procs]
+codes = {{}}
+while len(codes) < len(procs):   # --kill-on-bad-exit: the first failure ends the step
+    for task, proc in enumerate(procs):
+        if task not in codes and proc.poll() is not None:
+            codes[task] = proc.returncode
+            if proc.returncode > 0:
+                print(f"srun: error: node0{{task // per_node + 1}}: task {{task}}: Exited with exit code "
+                      f"{{proc.returncode}}", file=sys.stderr, flush=True)
+                for other in procs:
+                    if other.poll() is None:
+                        other.kill()
+    time.sleep(0.02)
 for t in threads: t.join()
-sys.exit(max(codes))
+sys.exit(max(codes.values()))
 '''
 
 
-def test_srun_mode_demultiplexes_labelled_output_into_rank_logs(tmp_path: Path) -> None:
+def _srun_env(tmp_path: Path) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     srun = bin_dir / "srun"
@@ -175,6 +190,11 @@ def test_srun_mode_demultiplexes_labelled_output_into_rank_logs(tmp_path: Path) 
     srun.chmod(0o755)
     env = cli_env()
     env.update(PATH=f"{bin_dir}:{env['PATH']}", SLURM_JOB_ID="777")
+    return env
+
+
+def test_srun_mode_demultiplexes_labelled_output_into_rank_logs(tmp_path: Path) -> None:
+    env = _srun_env(tmp_path)
     script = "import os; print('rank', os.environ['RANK'], 'local', os.environ['LOCAL_RANK'], " \
              "'of', os.environ['WORLD_SIZE'], 'at', os.environ['MASTER_ADDR'], 'dir', " \
              "os.environ['SCOREP_EXPERIMENT_DIRECTORY'])\n"
@@ -187,3 +207,16 @@ def test_srun_mode_demultiplexes_labelled_output_into_rank_logs(tmp_path: Path) 
         log = Path(summary.rank(rank).log_path).read_text()
         assert log == f"rank {rank} local {rank % 2} of 4 at node01 dir scorep_rank_{rank}\n"
     assert [s.state for s in launcher.statuses()] == [RankState.DONE] * 4
+
+
+def test_srun_mode_names_the_task_srun_reports_failed(tmp_path: Path) -> None:
+    script = ("import os, sys, threading\nprint('up', flush=True)\n"
+              "sys.exit(3) if os.environ['RANK'] == '1' else threading.Event().wait()\n")
+    spec = _spec(tmp_path, script, nproc=1, nnodes=3, slurm_hosts=("node01", "node02", "node03"),
+                 env=_srun_env(tmp_path))
+    summary = Launcher(spec).run()
+
+    assert summary.exit_code == 3
+    assert summary.first_failed == 1
+    assert summary.reason == "rank 1 failed first (exit code 3); ranks 0, 2 were stopped"
+    assert [r.state for r in summary.ranks] == [RankState.KILLED, RankState.FAILED, RankState.KILLED]

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -248,13 +249,41 @@ def test_verdict_counts_rank_folders_and_reads_cuda_from_art002(tmp_path: Path,
     without = verify(spec, _summary(tmp_path, 4), started_wall=0.0)
     assert without.verdict_line() == "2/4 ranks measured, CUDA recorded: unknown (ART002 not available)"
     assert without.unavailable == ("ART001", "ART002", "ART003", "ART004")
-    assert "rank 2: " in without.problems()[0] and without.problems()[0].endswith("is incomplete")
-    assert without.problems()[1].endswith("scorep_rank_3 is missing")
+    assert without.problems()[0].startswith("rank 2: ") and without.problems()[0].endswith(": incomplete")
+    assert without.problems()[1].endswith("scorep_rank_3: missing")
 
     monkeypatch.setitem(registry.CHECKS, "ART002", registry.Check(
         "ART002", "artifacts", "CUDA recorded", lambda facts: passed("CUDA locations in every rank")))
     with_art = verify(spec, _summary(tmp_path, 4), started_wall=0.0)
     assert with_art.verdict_line() == "2/4 ranks measured, CUDA recorded: yes"
+
+
+@pytest.mark.parametrize("cuda, verdict", [(True, "2/2 ranks measured, CUDA recorded: yes"),
+                                            (False, "2/2 ranks measured, CUDA recorded: no")])
+def test_verdict_over_real_traces_uses_the_artifacts_checks(tmp_path: Path, cuda: bool, verdict: str) -> None:
+    tracegen = pytest.importorskip("tracegen")
+    registry.load()
+    if "ART002" not in registry.CHECKS:
+        pytest.skip("the artifacts checks are not in this build")
+    tracegen.per_rank_job(tmp_path, 2, cuda=cuda)
+    spec = LaunchSpec("t.py", nproc=2, workdir=tmp_path, instrument="scorep", scorep_flags=("--cuda",), env={})
+    check = verify(spec, _summary(tmp_path, 2), started_wall=0.0)
+    assert check.verdict_line() == verdict
+    assert check.unavailable == ()
+
+
+def test_placeholder_profiles_do_not_count_as_measured(tmp_path: Path) -> None:
+    registry.load()
+    if "ART003" not in registry.CHECKS:
+        pytest.skip("the artifacts checks are not in this build")
+    for r in (0, 1):
+        (tmp_path / f"scorep_rank_{r}").mkdir()
+        (tmp_path / f"scorep_rank_{r}" / "scorep.cfg").write_text("SCOREP_ENABLE_PROFILING=true\n")
+        (tmp_path / f"scorep_rank_{r}" / "profile.cubex").write_bytes(b"")
+    spec = LaunchSpec("t.py", nproc=2, workdir=tmp_path, instrument="scorep", scorep_flags=(), env={})
+    check = verify(spec, _summary(tmp_path, 2), started_wall=0.0)
+    assert check.verdict_line() == "0/2 ranks measured, CUDA recorded: not asked (no --cuda)"
+    assert any(p.startswith("ART003 fail: 0 of 2 ranks left a complete measurement") for p in check.problems())
 
 
 def test_live_view_renders_rank_states_and_gpus_as_na(tmp_path: Path) -> None:
@@ -294,3 +323,26 @@ def test_summary_names_the_first_failing_rank_and_its_last_lines(tmp_path: Path)
     assert "killed by SIGTERM" in lines[1]
     assert lines[3] == "  last lines of rank 1 (r1.log):"
     assert lines[4:] == [f"    | line {i}" for i in range(5, 15)]
+
+
+SAMPLE_GPUS = """import time
+from doctor.launch.gpus import GpuMonitor
+monitor = GpuMonitor(0.05).start()
+for _ in range(500):
+    samples, error = monitor.snapshot()
+    if samples or error != "not sampled yet":
+        break
+    time.sleep(0.02)
+print(error, [(g.index, g.name, g.util_text, g.mem_text) for g in samples])
+"""
+
+
+@pytest.mark.parametrize("scenario, expected", [
+    ("healthy", "None [(0, 'NVIDIA H100 80GB HBM3', '0%', '0.0/79.6 GiB')"),
+    ("no_driver", "NVML unavailable (NVMLError_LibraryNotFound"),
+])
+def test_gpu_monitor_through_the_fake_nvml_library(fake_node: Callable[..., dict[str, str]], scenario: str,
+                                                   expected: str) -> None:
+    out = subprocess.run([PYTHON, "-c", SAMPLE_GPUS], env=cli_env(fake_node(scenario)), capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.startswith(expected), out.stdout + out.stderr

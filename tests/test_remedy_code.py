@@ -113,6 +113,55 @@ def test_lazy_import_imports_on_first_use_and_is_a_no_op_without_scorep(tmp_path
     assert proc.stdout.strip() == expected
 
 
+GUARDED = '''\
+import os
+
+try:
+    import scorep.user as su  # optional
+except ImportError:
+    su = None
+
+import math
+
+
+class Trainer:
+    def training_step(self, batch):
+        if su is not None:
+            su.region_begin("step")
+        out = batch * 2
+        if su:
+            su.region_end("step")
+        return out
+
+    def evaluate(self):
+        with su.region("eval"):
+            return os.getcwd()
+'''
+
+
+@pytest.mark.parametrize("with_scorep", [True, False])
+def test_lazy_import_of_the_try_except_none_form_keeps_its_guards(tmp_path: Path, with_scorep: bool) -> None:
+    code = fixed(tmp_path, GUARDED, "SCR001", "lazy-scorep-import")
+    assert code.startswith("import os\n\nimport math\n\n_scorep_user = None")
+    assert "        if _load_scorep_user() is not None:\n            _scorep_user.region_begin(\"step\")\n" in code
+    assert "        if _load_scorep_user():\n            _scorep_user.region_end(\"step\")\n" in code
+    path = tmp_path / "out.py"
+    path.write_text(code)
+    fake = str(write_fake_scorep(tmp_path)) if with_scorep else ""
+    run = RUN.replace("t.evaluate()", "t.evaluate()" if with_scorep else "")
+    proc = subprocess.run([sys.executable, "-c", run.format(fake=fake, path=str(path))],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    expected = "[('begin', 'step'), ('end', 'step'), ('with', 'eval')]" if with_scorep else "no scorep, no error"
+    assert proc.stdout.strip() == expected
+
+
+def test_lazy_import_refuses_a_name_assigned_again(tmp_path: Path) -> None:
+    plan = plan_one(tmp_path, "train.py", "import scorep.user as su\n\n\ndef f():\n    global su\n    su = 1\n",
+                    "SCR001", "lazy-scorep-import")
+    assert plan.remedies[0].status == "cannot" and "assigned again" in plan.remedies[0].note
+
+
 def test_lazy_import_from_form_inside_a_plain_try(tmp_path: Path) -> None:
     src = ("try:\n    from scorep import user\nexcept ImportError:\n    pass\n\n\n"
            "def step():\n    user.region_begin('a')\n")
@@ -176,8 +225,8 @@ def test_producer_stream_captured_before_the_context(tmp_path: Path) -> None:
     assert code == ("def sync(self, metric_stack, cpu_buf, dev):\n"
                     "    stream = self._metric_stream or torch.cuda.current_stream(dev)\n"
                     "    # copy off the default stream\n"
-                    "    producer_stream = torch.cuda.current_stream(dev)  # outside the stream context "
-                    "(gpu-doctor SCR003)\n"
+                    "    # gpu-doctor SCR003: the producer stream, captured before entering the stream context\n"
+                    "    producer_stream = torch.cuda.current_stream(dev)\n"
                     "    with torch.cuda.stream(stream):\n"
                     "        stream.wait_stream(producer_stream)\n"
                     "        cpu_buf.copy_(metric_stack)\n"

@@ -11,14 +11,25 @@ import sys
 from pathlib import Path
 
 import pytest
+from remedy_util import make_job, seed_findings, snapshot
 
+from doctor import registry
 from doctor.case import Case
-from doctor.remedy import (NotWritable, RemedyError, StaleFile, apply_plan, make_plan, remedy_states,
-                           transactions, undo)
+from doctor.model import CheckResult, Finding, Status
+from doctor.remedy import (
+    NotWritable,
+    RemedyError,
+    StaleFile,
+    apply_plan,
+    make_plan,
+    remedy_states,
+    transactions,
+    undo,
+)
 from doctor.remedy import files as remedy_files
 from doctor.remedy.journal import records
-from doctor.remedy.verify import Verification, record
-from tests.remedy_util import make_job, seed_findings, snapshot
+from doctor.remedy.verify import Verification, record, verify_plan
+from doctor.runner import Run
 
 TESTS = Path(__file__).resolve().parent
 
@@ -147,7 +158,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[3])
 from doctor.case import Case
 from doctor.remedy import apply_plan, make_plan, files
-from tests.remedy_util import seed_findings
+from remedy_util import seed_findings
 job, after = Path(sys.argv[1]), int(sys.argv[2])
 plan = make_plan(Case(root=job), seed_findings(job))
 real, done = files.replace_file, []
@@ -168,8 +179,8 @@ def test_crash_between_two_writes_leaves_each_file_old_or_new_and_undo_restores(
     before = snapshot(job)
     plan = plan_for(job)
     planned = {t.path.name: t.after for t in plan.files}
-    proc = subprocess.run([sys.executable, "-c", CRASH, str(job), str(renames_before_crash),
-                           str(TESTS.parent)], capture_output=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", CRASH, str(job), str(renames_before_crash), str(TESTS)],
+                          capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     now = snapshot(job)
     changed = 0
@@ -261,3 +272,34 @@ def test_a_symlinked_script_keeps_its_link_and_the_target_is_edited(tmp_path: Pa
     assert "_load_scorep_user" in real.read_text()
     undo(job)
     assert "import scorep.user  # module-level import" in real.read_text()
+
+
+def _run_with(job: Path, results: dict[str, tuple[Status, tuple[str, ...]]]) -> Run:
+    import datetime as dt
+
+    checks = []
+    for cid, (status, remedies) in results.items():
+        f = Finding(cid, registry.CHECKS[cid].layer, status, "m", (), remedies)
+        checks.append(CheckResult.from_findings(cid, f.layer, "t", (f,), 1.0))
+    return Run(Case(root=job), checks, dt.datetime.now(dt.UTC), 0.0, "scorep-ddp", None)  # type: ignore[arg-type]
+
+
+def test_verification_says_true_false_or_cannot_tell(job: Path) -> None:
+    registry.load()
+    plan = plan_for(job)
+    after = _run_with(job, {"SCP003": (Status.PASS, ()), "SCP002": (Status.FAIL, ("scorep-add-cuda",)),
+                            "SCR001": (Status.UNKNOWN, ()), "SCP004": (Status.PASS, ())})
+    got = {v.remedy_id: v for v in verify_plan(plan, after)}
+    assert got["scorep-total-memory"].verified is True
+    assert got["scorep-add-cuda"].verified is False and "still raised by SCP002" in got["scorep-add-cuda"].note
+    assert got["lazy-scorep-import"].verified is None
+    assert got["cuda-real-op-check"].checks == {"SCR004": "not run"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to apply in a folder someone else owns")
+def test_root_applying_in_a_users_folder_leaves_everything_owned_by_that_user(job: Path) -> None:
+    for path in [job, *job.iterdir()]:
+        os.chown(path, 4321, 4321)
+    apply_plan(plan_for(job))
+    owned = [p for p in job.rglob("*") if p.stat().st_uid != 4321]
+    assert owned == []

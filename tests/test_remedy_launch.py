@@ -33,8 +33,6 @@ WRAPPER = "from torch.distributed.run import main\n\nmain()\n"
 
 DDP_TRAIN = """\
 import argparse, os, sys
-import torch
-import torch.distributed as dist
 
 p = argparse.ArgumentParser()
 p.add_argument("--out")
@@ -42,6 +40,10 @@ p.add_argument("--steps", type=int)
 args = p.parse_args()
 if os.environ.get("FAIL_RANK") == os.environ["RANK"]:
     sys.exit(3)  # before the rendezvous: the other rank waits there until it is stopped
+
+import torch
+import torch.distributed as dist
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
@@ -138,3 +140,36 @@ def test_without_scorep_and_without_the_flag_it_says_so(tmp_path: Path) -> None:
     assert "Score-P's Python bindings are not importable" in proc.stderr
     assert "job done: 2" in proc.stdout
     assert not (job / "results" / "rank0.txt").exists()
+
+
+def plan_launch(tmp_path: Path, line: str, **data: object):  # type: ignore[no-untyped-def]
+    job = tmp_path / "job"
+    job.mkdir(exist_ok=True)
+    (job / "job.sh").write_text(f"#!/bin/bash\nexport SCOREP_CUDA_ENABLE=kernel\n{line}\n")
+    f = Finding("LNC001", "launcher", Status.FAIL, "wraps", (Evidence(line, str(job / "job.sh"), 3),),
+                ("per-rank-launch",), {}, {"file": str(job / "job.sh"), "line": 3, **data})
+    return make_plan(Case(root=job), [f]).remedies[0]
+
+
+def test_torchrun_spelled_as_which_with_dashed_options(tmp_path: Path) -> None:
+    rp = plan_launch(tmp_path, 'python3 -m scorep --cuda $(which torchrun) --nproc-per-node 2 --master-port 29600 '
+                               'train.py --lr "$LR"')
+    assert rp.status == "ready", rp.note
+    job_line = rp.changes[-1].after.decode().splitlines()[2]
+    assert job_line == "MASTER_PORT=29600 bash ./run_ranks.sh"
+    script = rp.changes[0].after.decode()
+    assert 'NPROC="${NPROC:-2}"' in script
+    assert 'python3 -m scorep --cuda train.py --lr "$LR" &' in script
+
+
+@pytest.mark.parametrize("line,data,why", [
+    ("python -m scorep --cuda $(which torchrun) --nnodes=2 --nproc_per_node=4 train.py", {}, "runs on 2 nodes"),
+    ("python -m scorep --cuda $(which torchrun) --nproc_per_node=4 -m pkg.train", {}, "not start a Python script"),
+    ("python -m scorep --cuda $(which accelerate) launch train.py", {"spawner": "accelerate"},
+     "wraps accelerate"),
+])
+def test_launches_it_cannot_rewrite_say_why_and_what_to_do(tmp_path: Path, line: str, data: dict[str, object],
+                                                           why: str) -> None:
+    rp = plan_launch(tmp_path, line, **data)
+    assert rp.status == "cannot" and why in rp.note
+    assert rp.steps and rp.changes == ()

@@ -90,11 +90,17 @@ def ranks(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
         return launch.spawner.nproc, f"{launch.spawner.kind} --nproc_per_node={launch.spawner.nproc_text}"
     n = cmd.tasks
     if cmd.loop is not None and cmd.background:
-        return n, f"a backgrounded loop of {cmd.loop.count if cmd.loop.count is not None else '?'} (line " \
-                  f"{cmd.loop.site.line})"
+        return n, f"{_loop_words(cmd)} (line {cmd.loop.site.line})"
     if any(w.name in ("srun", "mpirun", "mpiexec") for w in cmd.wrappers):
         return n, "srun/mpirun tasks"
     return 1, "one process"
+
+
+def _loop_words(cmd: Command) -> str:
+    assert cmd.loop is not None
+    if cmd.loop.count is None:
+        return "a backgrounded loop whose length is known only when the job runs"
+    return f"a backgrounded loop of {cmd.loop.count}"
 
 
 def multi_rank(job: Job, cmd: Command, launch: Launch) -> tuple[bool, str]:
@@ -106,8 +112,7 @@ def multi_rank(job: Job, cmd: Command, launch: Launch) -> tuple[bool, str]:
                                      "instrumented workers"
     if cmd.loop is not None and cmd.background:
         count = cmd.loop.count
-        return (count is None or count > 1), (f"starts in a backgrounded loop ({count if count is not None else '?'}"
-                                              f" iterations, line {cmd.loop.site.line})")
+        return (count is None or count > 1), f"starts in {_loop_words(cmd)} (line {cmd.loop.site.line})"
     for w in cmd.wrappers:
         if w.name in ("srun", "mpirun", "mpiexec", "orterun", "jsrun", "aprun"):
             if w.tasks is None:
@@ -168,8 +173,10 @@ def is_ddp(job: Job, entry: PyScript) -> tuple[bool, str]:
     hf = any(s.uses_hf or s.trainer_train for s in closure)
     for cmd, launch in launches_of(job, entry):
         n, how = ranks(job, cmd, launch)
+        several, why = multi_rank(job, cmd, launch)
+        how = why or how
         spawned = launch.spawner is not None or (cmd.launch is not None and cmd.launch.spawner is not None)
-        if spawned or (n is not None and n > 1) or (n is None and cmd.loop is not None):
+        if spawned or several or (n is not None and n > 1):
             if hf or spawned or any(s.init_pg or s.ddp_wrap for s in closure):
                 return True, f"started as several ranks by {job.rel(cmd.site.file)}:{cmd.site.line} ({how})"
     for s in closure:

@@ -107,6 +107,7 @@ class Launcher:
         self._stopping: tuple[str, int] | None = None
         self._first_failed: int | None = None
         self._ended_at: dict[int, float] = {}
+        self._task_codes: dict[int, int] = {}     # srun mode: per-task exit codes srun reported
         self._done = threading.Event()
         self._started = False
         self._t0 = 0.0
@@ -122,6 +123,15 @@ class Launcher:
         threading.Thread(target=self._dispatch, name="launch-dispatch", daemon=True).start()
         threading.Thread(target=self._supervise, name="launch-supervisor", daemon=True).start()
         return self
+
+    def __enter__(self) -> Launcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Leaving the block stops whatever still runs: no rank outlives its launcher."""
+        if self._started and not self._done.is_set():
+            self.stop("the launcher was closed")
+            self.wait()
 
     def run(self) -> RunSummary:
         """start() and wait() in one call."""
@@ -231,7 +241,8 @@ class Launcher:
     def _supervise(self) -> None:
         try:
             self._prepare()
-            if self.spec.warmup and not self._warmup_ok():
+            # Under srun every task warms its own node up (doctor.launch.srun_task).
+            if self.spec.warmup and not self.spec.slurm_hosts and not self._warmup_ok():
                 return
             if self._stop_request:
                 self._finish()
@@ -450,7 +461,10 @@ class Launcher:
         for line in lines:
             rank, text = slurm.split_label(line)
             if rank is None or rank not in self._status:
-                self._post(Note("info", f"srun: {line}"))
+                failed = slurm.task_failure(line)
+                if failed and failed[0] in self._status:
+                    self._task_codes.setdefault(failed[0], failed[1])
+                self._post(Note("info", line if line.startswith("srun") else f"srun: {line}"))
                 continue
             by_rank.setdefault(rank, []).append(text)
         for rank, texts in by_rank.items():
@@ -505,20 +519,34 @@ class Launcher:
             proc.reader_done.wait(1.0)
         self._proc_exited(proc, code)
 
+    def _rank_outcome(self, proc: _Proc, rank: int, code: int) -> tuple[RankState, int]:
+        if not proc.demux:
+            return (RankState.KILLED if proc.term_sent else
+                    RankState.DONE if code == 0 else RankState.FAILED), code
+        # One srun for all ranks: its own report says which task failed, and how.
+        if rank in self._task_codes:
+            return RankState.FAILED, self._task_codes[rank]
+        if code == 0:
+            return RankState.DONE, 0
+        if proc.term_sent or self._task_codes:   # stopped by us, or by srun --kill-on-bad-exit
+            return RankState.KILLED, code
+        return RankState.FAILED, code            # srun itself failed
+
     def _proc_exited(self, proc: _Proc, code: int) -> None:
         now = time.monotonic()
+        if proc.demux and self._task_codes and self._first_failed is None:
+            self._first_failed = next(iter(self._task_codes))
         for r in proc.ranks:
-            state = (RankState.KILLED if proc.term_sent else
-                     RankState.DONE if code == 0 else RankState.FAILED)
+            state, rank_code = self._rank_outcome(proc, r, code)
             if state == RankState.FAILED and self._first_failed is None:
                 self._first_failed = r
             self._ended_at[r] = now
             log = self._logs.pop(r, None)
             if log is not None:
                 log.close()
-            self._update(r, state=state, returncode=code)
-            self._post(RankStateChanged(r, state, f"exit code {code}"))
-            self._post(RankExited(r, code, state))
+            self._update(r, state=state, returncode=rank_code)
+            self._post(RankStateChanged(r, state, f"exit code {rank_code}"))
+            self._post(RankExited(r, rank_code, state))
         proc.exited = True
         self._inbox.put(proc)
 
@@ -539,9 +567,13 @@ class Launcher:
             code = shell_code(first.returncode)
             reason = f"rank {first.rank} failed first ({first.ended_text})"
             if killed:
-                why = stopped[0] if stopped else "stopped"
-                after = f"after the {self.spec.grace_s:g} s grace" if why.startswith("rank ") else f"({why})"
-                reason += f"; stopped rank{'s' if len(killed) > 1 else ''} {', '.join(map(str, killed))} {after}"
+                which = f"rank{'s' if len(killed) > 1 else ''} {', '.join(map(str, killed))}"
+                if not stopped:
+                    reason += f"; {which} {'were' if len(killed) > 1 else 'was'} stopped"
+                elif stopped[0].startswith("rank "):
+                    reason += f"; stopped {which} after the {self.spec.grace_s:g} s grace"
+                else:
+                    reason += f"; stopped {which} ({stopped[0]})"
         elif stopped:
             code, reason = stopped[1], f"{stopped[0]}; stopped {len(killed)} of {n} ranks"
         elif results and all(r.state == RankState.DONE for r in results):

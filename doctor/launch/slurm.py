@@ -123,3 +123,21 @@ def split_label(line: str) -> tuple[int | None, str]:
     """`srun --label` output `  3: text` -> (3, "text"); unlabelled -> (None, line)."""
     m = _LABEL.match(line)
     return (int(m.group(1)), m.group(2)) if m else (None, line)
+
+
+_TASK_END = re.compile(r"task (\d+): (?:Exited with exit code (\d+)|(\w[\w ]*?))\s*$")
+_SIGNALS = {"Killed": -9, "Terminated": -15, "Segmentation fault": -11, "Aborted": -6, "Hangup": -1,
+            "Interrupt": -2, "Bus error": -7}
+
+
+def task_failure(line: str) -> tuple[int, int] | None:
+    """srun's `srun: error: node02: task 3: Exited with exit code 2` -> (3, 2);
+    `task 1: Segmentation fault` -> (1, -11), a returncode in Popen's convention."""
+    if not line.startswith("srun:"):
+        return None
+    m = _TASK_END.search(line)
+    if not m:
+        return None
+    if m.group(2):
+        return int(m.group(1)), int(m.group(2))
+    return int(m.group(1)), _SIGNALS.get(m.group(3), -9)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from doctor.case import Case
 from doctor.launch.events import RunSummary
@@ -23,7 +24,7 @@ MEASUREMENT_FILES = ("profile.cubex", "traces.otf2")
 class RankFolder:
     rank: int
     path: str
-    state: str          # measured | incomplete | stale | missing
+    state: str          # measured | incomplete | stale | missing | why the trace is unreadable
 
     @property
     def measured(self) -> bool:
@@ -45,7 +46,7 @@ class Verification:
         return f"{self.measured}/{len(self.folders)} ranks measured, CUDA recorded: {self.cuda}"
 
     def problems(self) -> list[str]:
-        out = [f"rank {f.rank}: {f.path} is {f.state}" for f in self.folders if not f.measured]
+        out = [f"rank {f.rank}: {f.path}: {f.state}" for f in self.folders if not f.measured]
         out += [f"{r.check_id} {r.status.value}: {r.message}" for r in self.results
                 if r.status not in (Status.PASS, Status.SKIP)]
         return out
@@ -62,7 +63,14 @@ def rank_folder(workdir: Path, rank: int, since: float) -> RankFolder:
     return RankFolder(rank, str(path), "measured")
 
 
-def run_art_checks(case: Case, budget_s: float = 60.0) -> tuple[tuple[CheckResult, ...], tuple[str, ...]]:
+@dataclass(frozen=True)
+class ArtRun:
+    results: tuple[CheckResult, ...]
+    missing: tuple[str, ...]
+    experiments: Any = None        # the `experiments` fact when the checks computed it
+
+
+def run_art_checks(case: Case, budget_s: float = 60.0) -> ArtRun:
     """The ART checks this build has, run over the case; and the IDs it lacks."""
     from doctor import registry
     from doctor.runner import run_checks
@@ -71,9 +79,23 @@ def run_art_checks(case: Case, budget_s: float = 60.0) -> tuple[tuple[CheckResul
     have = [cid for cid in ART_CHECKS if cid in registry.CHECKS]
     missing = tuple(cid for cid in ART_CHECKS if cid not in registry.CHECKS)
     if not have:
-        return (), missing
+        return ArtRun((), missing)
     run = run_checks(case, have, budget_s=budget_s, mode="post-launch")
-    return tuple(r for r in run.results if r.check_id in ART_CHECKS), missing
+    return ArtRun(tuple(r for r in run.results if r.check_id in ART_CHECKS), missing,
+                  run.facts.peek("experiments"))
+
+
+def judged_by_artifacts(folders: tuple[RankFolder, ...], experiments: Any) -> tuple[RankFolder, ...]:
+    """Where the artifacts reader summarised the folders, a rank counts as measured only
+    if its folder holds a readable trace or profile (not just the file names)."""
+    rank_folders = getattr(experiments, "rank_folders", None)
+    if not isinstance(rank_folders, list):
+        return folders
+    complete = {e.dir.rank for e in rank_folders if e.readable and not e.problems}
+    problems = {e.dir.rank: e.problems[0] for e in rank_folders if e.problems}
+    return tuple(f if not f.measured or f.rank in complete else
+                 RankFolder(f.rank, f.path, problems.get(f.rank, "unreadable"))
+                 for f in folders)
 
 
 def cuda_recorded(spec: LaunchSpec, results: tuple[CheckResult, ...]) -> str:
@@ -99,7 +121,8 @@ def verify(spec: LaunchSpec, summary: RunSummary, started_wall: float,
                                     "experiment_dirs": [f.path for f in folders],
                                     "run_dir": summary.run_dir}})
     try:
-        results, missing = run_art_checks(case, budget_s)
+        art = run_art_checks(case, budget_s)
     except Exception as exc:  # the verification must not turn a finished run into a traceback
         return Verification(folders, f"unknown (trace checks failed: {type(exc).__name__}: {exc})")
-    return Verification(folders, cuda_recorded(spec, results), results, missing)
+    return Verification(judged_by_artifacts(folders, art.experiments), cuda_recorded(spec, art.results),
+                        art.results, art.missing)

@@ -127,12 +127,15 @@ def _backup(root: Path, tx: str, todo: list[FileTarget]) -> list[dict[str, objec
                                     "before_sha256": t.before_sha256, "after_sha256": t.after_sha256,
                                     "backup": None, "mode": t.mode}
         if not t.created:
-            folder.mkdir(parents=True, exist_ok=True)
+            if not folder.exists():
+                folder.mkdir(parents=True)
+                files.adopt(folder.parent, root)
+                files.adopt(folder, root)
             data = t.path.read_bytes()
             if sha256(data) != t.before_sha256:
                 raise StaleFile(f"{t.path} changed while applying; nothing was written")
             backup = folder / f"{i}-{t.path.name}.bak"
-            files.write_durable(backup, data, 0o600, tx)
+            files.write_durable(backup, data, 0o600, tx, files.owner_of(root) if os.geteuid() == 0 else None)
             entry["backup"] = str(backup.relative_to(journal.state_dir(root)))
             entry["mode"] = t.path.stat().st_mode & 0o7777
         entries.append(entry)

@@ -70,6 +70,20 @@ def owner_of(path: Path) -> tuple[int, int] | None:
     return st.st_uid, st.st_gid
 
 
+def adopt(path: Path, root: Path) -> None:
+    """As root, give what gpu-doctor writes under `.gpu-doctor/` to the job folder's owner.
+
+    Otherwise the user could not read the backups to undo a fix that root applied.
+    """
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        owner = owner_of(root)
+        if owner is not None:
+            try:
+                os.chown(path, *owner)
+            except OSError:
+                pass
+
+
 def require_writable(path: Path, *, folder: bool = False) -> None:
     """Refuse a read-only file or folder, by its mode bits as well as by access.
 

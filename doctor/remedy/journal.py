@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from doctor.remedy.files import fsync_dir
+from doctor.remedy.files import adopt, fsync_dir
 
 STATE_DIR = ".gpu-doctor"
 JOURNAL = "journal.jsonl"
@@ -71,6 +71,7 @@ def append(root: Path, record: dict[str, Any]) -> None:
     finally:
         os.close(fd)
     if new:
+        adopt(folder / JOURNAL, root)
         fsync_dir(folder)
 
 
@@ -156,8 +157,11 @@ def remedy_states(root: Path) -> dict[str, dict[str, Any]]:
 def locked(root: Path) -> Iterator[None]:
     """Hold `.gpu-doctor/lock` so two applies (or an apply and an undo) never interleave."""
     folder = state_dir(root)
-    folder.mkdir(exist_ok=True)
+    if not folder.exists():
+        folder.mkdir()
+        adopt(folder, root)
     fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    adopt(folder / "lock", root)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

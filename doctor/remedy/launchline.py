@@ -17,6 +17,7 @@ from doctor.remedy.shell import Command, ShellScript, Word
 
 PYTHON_RE = re.compile(r"(^|/)python[0-9.]*$")
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+TORCHRUN_WORD = re.compile(r"(^|[/(\s\"'])torchrun[\"']?\)?[\"']?$")  # torchrun, $(which torchrun), "$V/torchrun"
 TORCHRUN_FLAGS = {"--standalone", "-m", "--module", "--no_python", "--run_path", "--use_env"}
 
 
@@ -110,7 +111,8 @@ def wrapped_torchrun(launch: ScorepLaunch, base: Path) -> Torchrun | None:
         if ti + 1 < len(words) and words[ti + 1].text in TORCHRUN_MODULES:
             return parse_torchrun(launch.cmd, ti + 2)
         return None
-    if Path(target.text).name == "torchrun" or _calls_torchrun(target.text, base):
+    if Path(target.text).name == "torchrun" or TORCHRUN_WORD.search(target.raw) \
+            or _calls_torchrun(target.text, base):
         return parse_torchrun(launch.cmd, ti + 1)
     return None
 

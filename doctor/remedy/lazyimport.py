@@ -12,13 +12,20 @@ The result follows the guide's shape:
                 _scorep_user = scorep.user
             except ImportError:
                 _scorep_user = False
-        return _scorep_user
+        return _scorep_user or None
 
-and each `scorep.user.region_begin(...)` statement becomes
-`if _load_scorep_user(): _scorep_user.region_begin(...)` (a no-op without
-Score-P). Other uses become `_load_scorep_user().name`. Forms it cannot make
-equivalent (a use at import time, the bare package name, an import inside an
-`if` or a `try` that does more than pass) raise CannotPlan with the steps.
+The loader returns the module or None, so the uses keep their meaning:
+
+- a bare call statement `su.region_begin(...)` becomes
+  `if _load_scorep_user(): _scorep_user.region_begin(...)` (a no-op without Score-P);
+- a test `if su is not None:` / `if su:` becomes `if _load_scorep_user() is not None:`,
+  and inside that `if` the module is `_scorep_user` (loaded by the test);
+- any other use becomes `_load_scorep_user()`.
+
+Handled import forms: `import scorep.user [as x]`, `from scorep import user [as x]`,
+at module level, alone or inside a `try` whose handlers only `pass` or set `x = None`.
+Anything else (a use at import time, the bare package name, a second assignment of
+the name, an import inside an `if`) raises CannotPlan with the steps to do it by hand.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ LOADER_CODE = f'''def {LOADER}():
 
     Imported at module level, it starts Score-P's CUDA adapter in every DDP worker
     before PyTorch initialises CUDA there (gpu-doctor SCR001). Returns the module,
-    or False where Score-P is not installed.
+    or None where Score-P is not installed.
     """
     global {GUARD}
     if {GUARD} is None:
@@ -47,7 +54,7 @@ LOADER_CODE = f'''def {LOADER}():
             {GUARD} = scorep.user
         except ImportError:
             {GUARD} = False
-    return {GUARD}
+    return {GUARD} or None
 '''
 STEPS = (
     "Remove the module-level `import scorep.user`.",
@@ -68,6 +75,7 @@ class Site:
     alias: Any         # the ImportAlias
     wrapper: Any = None  # the module-level Try around it, if any
     names: list[str] = field(default_factory=list)
+    handler_targets: list[Any] = field(default_factory=list)  # `name = None` in its except blocks
 
 
 def make_lazy(module: Any, path: Path) -> tuple[Any, int] | None:
@@ -88,23 +96,77 @@ def make_lazy(module: Any, path: Path) -> tuple[Any, int] | None:
     for name in (GUARD, LOADER):
         if name in gscope:
             raise CannotPlan(f"{path}: the name {name} is already taken", STEPS)
+    refs: list[Any] = []
+    for site in sites:
+        refs += _references(gscope, site, path, pos, parents)
+    guarded = _guarding_ifs(refs, parents)
     statements: set[Any] = set()
     expressions: set[Any] = set()
-    for site in sites:
-        for assignment in gscope.assignments:
-            if getattr(assignment, "node", None) is not site.small:
-                continue
-            module_name = site.names[0]
-            for access in assignment.references:
-                where = f"{path}:{pos[access.node].start.line}"
-                if assignment.name != module_name:
-                    raise CannotPlan(f"{where}: uses the package `{assignment.name}` itself", STEPS)
-                if not _inside_function(access.node, parents):
-                    raise CannotPlan(f"{where}: uses scorep.user at import time", STEPS)
-                stmt = _call_statement(access.node, parents)
-                (statements if stmt is not None else expressions).add(stmt or access.node)
-    new = mod.visit(_Rewrite(mod, sites, statements, expressions))
+    loaded: set[Any] = set()
+    for ref in refs:
+        if _inside_guarded_body(ref, parents, guarded):
+            loaded.add(ref)
+        elif (stmt := _call_statement(ref, parents)) is not None:
+            statements.add(stmt)
+        else:
+            expressions.add(ref)
+    new = mod.visit(_Rewrite(mod, sites, statements, expressions, loaded))
     return new, pos[sites[0].line].start.line
+
+
+def _references(gscope: Any, site: Site, path: Path, pos: Any, parents: Any) -> list[Any]:
+    """The nodes that use the imported module; CannotPlan for a use that cannot become lazy."""
+    bound = site.names[0]
+    allowed = {id(site.small), *(id(n) for n in site.handler_targets)}
+    refs: list[Any] = []
+    for assignment in gscope.assignments:
+        node = getattr(assignment, "node", None)
+        if assignment.name == bound and id(node) not in allowed:
+            line = pos[node].start.line if node is not None and node in pos else "?"
+            raise CannotPlan(f"{path}:{line}: `{bound}` is assigned again", STEPS)
+        if id(node) not in allowed:
+            continue
+        for access in assignment.references:
+            where = f"{path}:{pos[access.node].start.line}"
+            if assignment.name != bound:
+                raise CannotPlan(f"{where}: uses the package `{assignment.name}` itself", STEPS)
+            if not _inside_function(access.node, parents):
+                raise CannotPlan(f"{where}: uses scorep.user at import time", STEPS)
+            if all(access.node is not r for r in refs):
+                refs.append(access.node)
+    return refs
+
+
+def _guarding_ifs(refs: list[Any], parents: Any) -> set[int]:
+    """The `if`s whose test uses the module (`if scorep_user is not None:`): it is loaded in their body."""
+    import libcst as cst
+
+    out = set()
+    for ref in refs:
+        child = ref
+        while child in parents:
+            parent = parents[child]
+            if isinstance(parent, cst.If) and child is parent.test:
+                out.add(id(parent))
+                break
+            if isinstance(parent, (cst.BaseStatement, cst.BaseSmallStatement)) and not isinstance(parent, cst.If):
+                break
+            child = parent
+    return out
+
+
+def _inside_guarded_body(ref: Any, parents: Any, guarded: set[int]) -> bool:
+    import libcst as cst
+
+    child = ref
+    while child in parents:
+        parent = parents[child]
+        if isinstance(parent, cst.If) and id(parent) in guarded and child is parent.body:
+            return True
+        if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+            return False
+        child = parent
+    return False
 
 
 def _sites(mod: Any) -> list[Site]:
@@ -123,9 +185,10 @@ def _sites(mod: Any) -> list[Site]:
             if not isinstance(line, cst.SimpleStatementLine):
                 continue
             for small, alias, names in _scorep_aliases(line):
-                if wrap is not None and not _plain_try(wrap):
+                targets = _handler_targets(wrap, names[0]) if wrap is not None else []
+                if targets is None:
                     raise CannotPlan("scorep.user is imported inside a `try` that does more than that", STEPS)
-                sites.append(Site(line, small, alias, wrap, names))
+                sites.append(Site(line, small, alias, wrap, names, targets))
     return sites
 
 
@@ -149,13 +212,28 @@ def _scorep_aliases(line: Any) -> list[tuple[Any, Any, list[str]]]:
     return out
 
 
-def _plain_try(node: Any) -> bool:
-    """`try: import scorep.user` with handlers that only pass: the guard does the same."""
+def _handler_targets(node: Any, bound: str) -> list[Any] | None:
+    """For `try: import scorep.user as B` whose handlers only `pass` or set `B = None`: those
+    targets (the guard does the same); None for a try that does more."""
     import libcst as cst
 
-    return (len(node.body.body) == 1 and not node.orelse and not node.finalbody
-            and all(all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
-                        for s in h.body.body) for h in node.handlers))
+    if len(node.body.body) != 1 or node.orelse or node.finalbody:
+        return None
+    targets = []
+    for handler in node.handlers:
+        for stmt in handler.body.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                return None
+            for small in stmt.body:
+                if isinstance(small, cst.Pass):
+                    continue
+                if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                        and pyedit.dotted(small.targets[0].target) == bound
+                        and isinstance(small.value, cst.Name) and small.value.value in ("None", "False")):
+                    targets.append(small.targets[0].target)
+                    continue
+                return None
+    return targets
 
 
 def _inside_function(node: Any, parents: Any) -> bool:
@@ -184,18 +262,24 @@ def _call_statement(node: Any, parents: Any) -> Any:
 
 
 class _Rewrite:  # a factory: libcst's base class is imported only when a rewrite runs
-    def __new__(cls, mod: Any, sites: list[Site], statements: set[Any], expressions: set[Any]) -> Any:
+    def __new__(cls, mod: Any, sites: list[Site], statements: set[Any], expressions: set[Any],
+                loaded: set[Any]) -> Any:
         import libcst as cst
 
         site_lines = {id(s.line): s for s in sites}
         site_trys = {id(s.wrapper): s for s in sites if s.wrapper is not None}
 
         class Rewrite(cst.CSTTransformer):
+            def _swap(self, original: Any, updated: Any) -> Any:
+                if original in expressions:
+                    return _loader_call()
+                return cst.Name(GUARD) if original in loaded else updated
+
             def leave_Name(self, original: Any, updated: Any) -> Any:
-                return _loader_call() if original in expressions else updated
+                return self._swap(original, updated)
 
             def leave_Attribute(self, original: Any, updated: Any) -> Any:
-                return _loader_call() if original in expressions else updated
+                return self._swap(original, updated)
 
             def leave_SimpleStatementLine(self, original: Any, updated: Any) -> Any:
                 if original not in statements:
@@ -219,7 +303,10 @@ class _Rewrite:  # a factory: libcst's base class is imported only when a rewrit
                             carry += list(old.leading_lines)
                             continue
                     if carry:
-                        new = new.with_changes(leading_lines=[*carry, *new.leading_lines])
+                        own = list(new.leading_lines)
+                        while carry and own and carry[-1].comment is None and own[0].comment is None:
+                            carry.pop()  # one blank line where two statements each brought one
+                        new = new.with_changes(leading_lines=[*carry, *own])
                         carry = []
                     body.append(new)
                 at = _after_imports(body)

@@ -42,11 +42,17 @@ def node_presets(check_ids: Sequence[str]) -> dict[str, Any]:
     return {n: ProbeFailure(n, "error", NOT_PROBED) for n in (needed & probes) | node_only}
 
 
-def run_job_checks(case: Case, budget_s: float = 60.0,
-                   on_event: Callable[[Event], None] | None = None) -> Run:
-    ids = job_check_ids()
+def run_job_checks(case: Case, budget_s: float = 60.0, on_event: Callable[[Event], None] | None = None,
+                   only: Sequence[str] = ()) -> Run:
+    """The job-folder and artifacts checks of `scorep-ddp` (or just `only` of them), node probes preset."""
+    ids = [c for c in job_check_ids() if not only or c in only]
     return run_checks(case, ids, budget_s=budget_s, on_event=on_event, playbook="scorep-ddp",
                       mode="fix", preset_facts=node_presets(ids))
+
+
+def recheck(case: Case, plan: Plan, budget_s: float = 60.0) -> Run:
+    """Re-run the checks whose findings named the plan's applied remedies."""
+    return run_job_checks(case, budget_s, only=sorted({c for rp in plan.ready for c in rp.checks}))
 
 
 @dataclass(frozen=True)
@@ -68,8 +74,10 @@ def verify_plan(plan: Plan, after: Run) -> list[Verification]:
         config = [c for c in rp.checks if layers.get(c) in CONFIG_LAYERS]
         statuses = {c: (r.status.value if (r := after.result(c)) else "not run") for c in rp.checks}
         if not config:
-            out.append(Verification(rp.remedy_id, None, statuses,
-                                    "raised by the artifacts of the last run: only a new run can show it"))
+            note = ("raised by the artifacts of the last run: only a new run can show it"
+                    if any(layers.get(c) == "artifacts" for c in rp.checks)
+                    else "raised by a node check, which fix does not re-run: run gpu-doctor --check-only there")
+            out.append(Verification(rp.remedy_id, None, statuses, note))
             continue
         still = [c for c in config if _names(after, c, rp.remedy_id)]
         unclear = [c for c in config if (r := after.result(c)) is None
