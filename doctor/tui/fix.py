@@ -1,19 +1,245 @@
-"""Fix flow: choose remedies (safe ones preselected), preview, apply, see verification, undo."""
+"""Fix flow: choose remedies (safe ones preselected), preview the diff, confirm, apply,
+see each remedy re-checked (`verified` or not), undo.
+
+Everything here drives the remedy engine (`doctor.remedy`); the screen only renders.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rich.console import Group, RenderableType
+from rich.syntax import Syntax
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Header, Label, SelectionList, Static
+from textual.widgets.selection_list import Selection
+
 from doctor.case import Case
-from doctor.model import CheckResult
+from doctor.model import CheckResult, Safety
+
+if TYPE_CHECKING:
+    from doctor.remedy.model import Plan, RemedyPlan
+    from doctor.runner import Run
+
+
+def plan_for(case: Case, findings: list, facts: object = None) -> Plan:  # type: ignore[type-arg]
+    from doctor.remedy.planner import make_plan
+
+    return make_plan(case, findings, unsafe=True, facts=facts)
 
 
 def preview_text(case: Case, results: list[CheckResult]) -> str:
-    """The unified diff the remedies for `results` would apply (empty when none)."""
-    return ""
+    """The unified diff the remedies for `results` would apply (empty when none or no job folder)."""
+    if case.root is None or not any(r.remedies for r in results):
+        return ""
+    try:
+        plan = plan_for(case, [f for r in results for f in r.findings])
+    except Exception as exc:  # a preview must never take the detail screen down
+        return f"# could not plan: {type(exc).__name__}: {exc}\n"
+    return plan.diff()
 
 
 def undo_all(case: Case) -> str:
-    return "nothing to undo"
+    """Undo the latest applied fix in the job folder; a one-line account."""
+    if case.root is None:
+        return "no job folder: nothing to undo"
+    from doctor.remedy.apply import undo
+    from doctor.remedy.model import RemedyError
+
+    try:
+        result = undo(case.root)
+    except RemedyError as exc:
+        return f"undo refused: {exc}"
+    if not result.txs:
+        return "nothing to undo"
+    return (f"undone {', '.join(result.txs)}: {len(result.restored)} file(s) restored, "
+            f"{len(result.removed)} created file(s) removed")
 
 
-class FixScreen:  # replaced once the remedy engine lands
-    pass
+@dataclass(frozen=True)
+class Verified:
+    remedy_id: str
+    verified: bool | None
+    note: str
+
+
+class FixApplied(Message):
+    def __init__(self, written: int, tx: str | None, verified: list[Verified], error: str = "") -> None:
+        super().__init__()
+        self.written = written
+        self.tx = tx
+        self.verified = verified
+        self.error = error
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Yes/no before anything is written."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="report-form"):
+            yield Label(self.question)
+            with Horizontal():
+                yield Button("Apply (y)", variant="warning", id="yes")
+                yield Button("Cancel (n)", id="no")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+    @on(Button.Pressed)
+    def pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+def remedy_label(rp: RemedyPlan) -> Text:
+    style = {"safe": "green", "unsafe": "yellow", "manual": "cyan"}[rp.safety.value]
+    files = ", ".join(sorted({c.path.name for c in rp.changes}))
+    return Text.assemble((f"[{rp.safety.value}] ", style), (rp.remedy_id, "bold"), f"  {rp.title}",
+                         (f"  ({files})" if files else "", "dim"))
+
+
+class FixScreen(Screen[bool]):
+    """Choose, preview, apply, verify, undo. Dismisses with True when files changed."""
+
+    BINDINGS = [
+        Binding("escape", "close", "Back"),
+        Binding("a", "apply", "Apply selected"),
+        Binding("u", "undo", "Undo last fix"),
+    ]
+
+    def __init__(self, case: Case, run: Run) -> None:
+        super().__init__()
+        self.case = case
+        self.run_result = run
+        self.plan: Plan | None = None
+        self.changed = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("planning remedies…", id="fix-summary")
+        yield Static("", id="fix-result")
+        yield SelectionList[str](id="fix-list")
+        with VerticalScroll(id="fix-preview"):
+            yield Static("", id="fix-diff")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.case.root is None:
+            self.query_one("#fix-summary", Static).update("No job folder: node problems need the manual "
+                                                         "steps shown in each finding.")
+            return
+        self.plan_worker()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="fix", description="planning remedies")
+    def plan_worker(self) -> None:
+        plan = plan_for(self.case, self.run_result.findings, self.run_result.facts)
+        self.app.call_from_thread(self.show_plan, plan)
+
+    def show_plan(self, plan: Plan) -> None:
+        self.plan = plan
+        sel = self.query_one("#fix-list", SelectionList)
+        sel.clear_options()
+        ready = [rp for rp in plan.remedies if rp.status == "ready"]
+        for rp in ready:
+            sel.add_option(Selection(remedy_label(rp), rp.remedy_id, rp.safety == Safety.SAFE))
+        other = [rp for rp in plan.remedies if rp.status != "ready"]
+        summary = (f"{len(ready)} remedies can be applied ({sum(rp.safety == Safety.SAFE for rp in ready)} safe, "
+                   f"preselected); {len(other)} need manual steps or nothing. "
+                   "space: toggle  a: apply  u: undo")
+        self.query_one("#fix-summary", Static).update(summary)
+        self.show_preview()
+        if ready:
+            sel.focus()
+
+    @on(SelectionList.SelectedChanged, "#fix-list")
+    @on(SelectionList.SelectionHighlighted, "#fix-list")
+    def show_preview(self) -> None:
+        if self.plan is None:
+            return
+        chosen = set(self.query_one("#fix-list", SelectionList).selected)
+        parts: list[RenderableType] = []
+        for rp in self.plan.remedies:
+            if rp.status == "ready" and rp.remedy_id in chosen:
+                diff = "".join(c.diff(self.plan.root) for c in rp.changes)
+                parts += [Text(f"# {rp.remedy_id} ({rp.safety.value}): {rp.title}", style="bold"),
+                          Syntax(diff, "diff", theme="ansi_dark", word_wrap=True)]
+        for rp in self.plan.remedies:
+            if rp.status in ("manual", "cannot") and rp.steps:
+                parts.append(Text(f"# {rp.remedy_id} ({rp.status}): {rp.title}", style="bold cyan"))
+                parts += [Text(f"  {i}. {s}") for i, s in enumerate(rp.steps, 1)]
+        self.query_one("#fix-diff", Static).update(Group(*parts) if parts else Text("nothing selected",
+                                                                                     style="dim"))
+
+    def action_apply(self) -> None:
+        chosen = list(self.query_one("#fix-list", SelectionList).selected)
+        if not chosen:
+            self.notify("Select at least one remedy (space).", severity="warning")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.query_one("#fix-result", Static).update(f"applying {len(chosen)} remedies…")
+                self.apply_worker(chosen)
+
+        self.app.push_screen(ConfirmScreen(f"Apply {len(chosen)} remedies: {', '.join(chosen)}? "
+                                           "Backups and a journal go to .gpu-doctor/."), confirmed)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="fix", description="applying remedies")
+    def apply_worker(self, chosen: list[str]) -> None:
+        from doctor.remedy.apply import apply_plan
+        from doctor.remedy.model import RemedyError
+        from doctor.remedy.planner import make_plan
+        from doctor.remedy.verify import recheck, record, verify_plan
+
+        plan = make_plan(self.case, self.run_result.findings, only=chosen, unsafe=True,
+                         facts=self.run_result.facts)
+        try:
+            result = apply_plan(plan, ["gpu-doctor", "(tui)", "fix", *chosen])
+        except RemedyError as exc:
+            self.post_message(FixApplied(0, None, [], str(exc)))
+            return
+        if result.tx is None:
+            self.post_message(FixApplied(0, None, [], "already applied: nothing written"))
+            return
+        checks = verify_plan(plan, recheck(self.case, plan))
+        record(plan, result.tx, checks)
+        self.post_message(FixApplied(len(result.written), result.tx,
+                                     [Verified(v.remedy_id, v.verified, v.note) for v in checks]))
+
+    @on(FixApplied)
+    def show_applied(self, message: FixApplied) -> None:
+        box = self.query_one("#fix-result", Static)
+        if message.error:
+            box.update(Text(message.error, style="bold red" if message.tx is None and message.written == 0
+                            and "already" not in message.error else "yellow"))
+            return
+        self.changed = True
+        lines = [Text(f"applied ({message.tx}): {message.written} file(s) written; u undoes", style="bold")]
+        for v in message.verified:
+            word, style = {True: ("verified", "green"), False: ("NOT verified", "bold red"),
+                           None: ("not verified", "yellow")}[v.verified]
+            lines.append(Text.assemble(f"  {v.remedy_id}: ", (word, style), f"  {v.note}" if v.note else ""))
+        box.update(Group(*lines))
+        self.plan_worker()
+
+    def action_undo(self) -> None:
+        text = undo_all(self.case)
+        self.changed = self.changed or text.startswith("undone")
+        self.query_one("#fix-result", Static).update(text)
+        self.notify(text)
+        self.plan_worker()
+
+    def action_close(self) -> None:
+        self.dismiss(self.changed)
