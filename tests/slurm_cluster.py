@@ -31,6 +31,10 @@ from pathlib import Path
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
 
+class SlurmUnavailable(RuntimeError):
+    """This machine cannot host the test cluster (a reason to skip, not a failure)."""
+
+
 def slurm_missing() -> str | None:
     """Why a cluster cannot start here, or None."""
     if os.geteuid() != 0:
@@ -77,7 +81,11 @@ class LocalSlurm:
             for i in range(self.gpus):
                 dev = self.root / "dev" / f"nvidia{i}"
                 if not dev.exists():
-                    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(195, i))
+                    try:
+                        os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(195, i))
+                    except PermissionError as exc:
+                        raise SlurmUnavailable(f"cannot create fake GPU devices for GRES ({dev}: "
+                                               f"{exc.strerror}; a container without CAP_MKNOD?)") from None
             (self.root / "gres.conf").write_text(
                 f"NodeName={','.join(self.nodes)} Name=gpu File={self.root}/dev/nvidia[0-{self.gpus - 1}]\n")
             gres_line = "GresTypes=gpu\n"
@@ -119,7 +127,15 @@ MinJobAge=300
 {gres_line}{prolog}{node_lines}PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP
 """)
 
-    def start(self, timeout: float = 30.0) -> "LocalSlurm":
+    def start(self, timeout: float = 30.0) -> LocalSlurm:
+        """Start the daemons and wait until every node is idle; on failure stop what started."""
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> LocalSlurm:
         self.write_conf()
         munge_dir = self.root / "munge"
         key = munge_dir / "munge.key"
@@ -142,12 +158,15 @@ MinJobAge=300
 
     def stop(self) -> None:
         """Cancel this cluster's jobs, then stop the daemons this harness started, nothing else."""
-        if self.procs and all(p.poll() is None for p in self.procs):
-            self.run("scancel", "--partition=debug", check=False, timeout=10)
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and self.run("squeue", "-h", "-t", "RUNNING,COMPLETING",
-                                                           check=False, timeout=10).stdout.strip():
-                time.sleep(0.2)
+        if len(self.procs) > 2 and all(p.poll() is None for p in self.procs):
+            try:   # jobs first, so that no job step outlives its slurmd
+                self.run("scancel", "--partition=debug", check=False, timeout=10)
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline and self.run(
+                        "squeue", "-h", "-t", "RUNNING,COMPLETING", check=False, timeout=10).stdout.strip():
+                    time.sleep(0.2)
+            except subprocess.TimeoutExpired:
+                pass
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -160,7 +179,7 @@ MinJobAge=300
                 proc.wait()
         self.procs.clear()
 
-    def __enter__(self) -> "LocalSlurm":
+    def __enter__(self) -> LocalSlurm:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -15,15 +15,19 @@ for the next job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+import pytest
 from fakes.node import clean_env, scenario_env
+from slurm_cluster import LocalSlurm, SlurmUnavailable, slurm_missing
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -37,6 +41,23 @@ def write_exec(path: Path, text: str) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def local_slurm(root: Path, **options: Any) -> Iterator[LocalSlurm]:
+    """A started LocalSlurm(root, **options), stopped afterwards; skips where none can run here."""
+    reason = slurm_missing()
+    if reason:
+        pytest.skip(reason)
+    cluster = LocalSlurm(root, **options)
+    try:
+        cluster.start()
+    except SlurmUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 class PrologSetup:
     """The Prolog wrapper, its conf and the verdict folder, as an admin would set them up."""
 
@@ -48,7 +69,7 @@ class PrologSetup:
         self.shim = root / "gpu-doctor"
         self.verdicts = root / "verdicts"
 
-    def install(self) -> "PrologSetup":
+    def install(self) -> PrologSetup:
         self.root.mkdir(parents=True, exist_ok=True)
         # gpu-doctor as an admin's venv has it: one executable, whatever the Prolog's PATH.
         write_exec(self.shim, f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))}\nexport PYTHONPATH\n"

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from launch_util import fake_scorep_env
+from slurm_cluster import LocalSlurm
+from slurm_util import DDP_JOB, PYTHON, TORCHRUN, job_env, local_slurm, write_exec
 
 from doctor.case import Case
 from doctor.model import Evidence, Finding, Status
-from launch_util import fake_scorep_env
-from slurm_cluster import LocalSlurm, slurm_missing
-from slurm_util import DDP_JOB, PYTHON, TORCHRUN, job_env, write_exec
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -27,10 +27,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    reason = slurm_missing()
-    if reason:
-        pytest.skip(reason)
-    with LocalSlurm(tmp_path_factory.mktemp("slurm"), nodes=2, cpus=2) as cluster:
+    with local_slurm(tmp_path_factory.mktemp("slurm"), nodes=2, cpus=2) as cluster:
         yield cluster
 
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
-from slurm_cluster import LocalSlurm, slurm_missing
-from slurm_util import PROLOG_SH, PrologSetup, check, evidence, poll, write_exec
+from slurm_cluster import LocalSlurm
+from slurm_util import PROLOG_SH, PrologSetup, check, evidence, local_slurm, poll, write_exec
 
 pytestmark = pytest.mark.slow
 
@@ -40,12 +39,8 @@ def prolog(tmp_path_factory: pytest.TempPathFactory) -> PrologSetup:
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory, prolog: PrologSetup) -> Iterator[LocalSlurm]:
-    reason = slurm_missing()
-    if reason:
-        pytest.skip(reason)
-    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), prolog=prolog.wrapper, gpus=4,
-                         prolog_timeout=PROLOG_EPILOG_TIMEOUT, cpus=2)
-    with cluster:
+    with local_slurm(tmp_path_factory.mktemp("slurm"), prolog=prolog.wrapper, gpus=4,
+                     prolog_timeout=PROLOG_EPILOG_TIMEOUT, cpus=2) as cluster:
         yield cluster
 
 

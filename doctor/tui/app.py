@@ -249,7 +249,8 @@ class DoctorApp(App[int]):
     def action_launch(self) -> None:
         from doctor.tui.launch import LaunchScreen
 
-        screen = LaunchScreen(self.case, self.options)
+        facts = self.run_result.facts.computed() if self.run_result else None
+        screen = LaunchScreen(self.case, self.options, facts)
         self.launch_screen = screen
         self.push_screen(screen)
 

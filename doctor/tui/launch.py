@@ -1,0 +1,288 @@
+"""Launch screen: start the per-rank run and watch it live.
+
+One async worker per rank consumes that rank's events from the launcher
+engine; lines go to a bounded per-rank buffer, and a timer moves the selected
+rank's new lines into the log pane in batches. The full logs are on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from collections import deque
+from pathlib import Path
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import (
+    Button, Checkbox, DataTable, Footer, Header, Input, Label, Log, Select, Sparkline, Static,
+)
+
+from doctor.case import Case
+
+if TYPE_CHECKING:
+    from doctor.launch.engine import Launcher
+    from doctor.launch.events import RankStatus, RunSummary
+    from doctor.tui.app import Options
+
+LOG_MAX_LINES = 2000
+BUFFER_LINES = 5000
+REFRESH_S = 0.1
+GPU_HISTORY = 60
+STATE_STYLE = {"pending": "dim", "starting": "cyan", "running": "bold cyan", "done": "green",
+               "failed": "bold red", "killed": "magenta"}
+
+
+def suggested_command(case: Case, facts: dict[str, Any] | None) -> tuple[str, int]:
+    """The training command and rank count the job folder runs, as far as it can be read."""
+    job = (facts or {}).get("job")
+    nproc = 2
+    for _cmd, launch in getattr(job, "launches", []) or []:
+        if launch.training_script:
+            script = launch.training_script
+            if case.root:
+                try:
+                    script = str(Path(script).resolve().relative_to(case.root))
+                except ValueError:
+                    pass
+            spawner = launch.spawner
+            if spawner is not None and spawner.nproc:
+                nproc = int(spawner.nproc)
+            return shlex.join([script, *launch.training_args]), nproc
+    return "train.py", nproc
+
+
+class LaunchScreen(Screen[None]):
+    """Form, per-rank table, selected rank's log, GPU sparklines, post-run verdict."""
+
+    BINDINGS = [
+        Binding("escape", "close", "Back"),
+        Binding("s", "stop", "Stop ranks"),
+    ]
+
+    def __init__(self, case: Case, options: Options, facts: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.case = case
+        self.options = options
+        self.facts = facts
+        self.launcher: Launcher | None = None
+        self.summary: RunSummary | None = None
+        self.verdict: str = ""
+        self.buffers: dict[int, deque[str]] = {}
+        self.shown: dict[int, int] = {}
+        self.selected_rank = 0
+        self.gpu_history: dict[int, tuple[deque[float], deque[float]]] = {}
+        self.gpu_monitor: Any = None
+
+    @property
+    def running(self) -> bool:
+        return self.launcher is not None and self.summary is None
+
+    def compose(self) -> ComposeResult:
+        command, nproc = suggested_command(self.case, self.facts)
+        yield Header()
+        with Horizontal(id="launch-form"):
+            yield Input(command, id="command", placeholder="train.py --args")
+            yield Input(str(nproc), id="nproc", type="integer", max_length=3)
+            yield Select([("uninstrumented", "none"), ("Score-P --cuda", "scorep")],
+                         value=str(self.options.extra.get("instrument", "none")), id="instrument",
+                         allow_blank=False)
+            yield Checkbox("warm-up", value=bool(self.options.extra.get("warmup", True)), id="warmup")
+            yield Button("Start", variant="primary", id="start")
+        yield DataTable(id="ranks", cursor_type="row")
+        yield Log(id="rank-log", max_lines=LOG_MAX_LINES, highlight=False)
+        with Vertical(id="gpus"):
+            yield Static("GPUs: N/A until the run starts", id="gpu-note")
+        yield Static("", id="launch-verdict")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#ranks", DataTable)
+        for key, label, width in (("rank", "rank", 4), ("state", "state", 8), ("pid", "pid", 8),
+                                  ("step", "step", 22), ("exit", "exit", 7), ("last", "last line", None)):
+            table.add_column(label, key=key, width=width)
+        self.set_interval(REFRESH_S, self.refresh_view)
+
+    # -- starting ----------------------------------------------------------------
+    @on(Button.Pressed, "#start")
+    @on(Input.Submitted)
+    def start_pressed(self) -> None:
+        if self.running:
+            self.notify("A run is already going; stop it first (s).", severity="warning")
+            return
+        try:
+            spec = self.build_spec()
+        except ValueError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.start_run(spec)
+
+    def build_spec(self) -> Any:
+        from doctor.launch.spec import LaunchSpec
+
+        words = shlex.split(self.query_one("#command", Input).value)
+        if not words:
+            raise ValueError("Give the training script (and its arguments).")
+        nproc_text = self.query_one("#nproc", Input).value or "1"
+        nproc = int(nproc_text)
+        if not 1 <= nproc <= 256:
+            raise ValueError(f"ranks must be 1..256, got {nproc}")
+        workdir = self.case.root if self.case.root and self.case.root.is_dir() else Path.cwd()
+        return LaunchSpec(script=words[0], args=tuple(words[1:]), nproc=nproc,
+                          python=self.case.job_python, workdir=workdir,
+                          instrument=str(self.query_one("#instrument", Select).value),
+                          warmup=self.query_one("#warmup", Checkbox).value,
+                          grace_s=float(self.options.extra.get("grace_s", 5.0)),
+                          rendezvous_timeout_s=float(self.options.extra.get("rendezvous_timeout_s", 300.0)))
+
+    def start_run(self, spec: Any) -> None:
+        from doctor.launch.engine import Launcher
+        from doctor.launch.gpus import GpuMonitor
+
+        table = self.query_one("#ranks", DataTable)
+        table.clear()
+        self.buffers = {r: deque(maxlen=BUFFER_LINES) for r in range(spec.world_size)}
+        self.shown = {r: 0 for r in self.buffers}
+        for r in self.buffers:
+            table.add_row(str(r), "pending", "", "", "", "", key=str(r))
+        self.query_one("#rank-log", Log).clear()
+        self.summary = None
+        self.verdict = ""
+        self.query_one("#launch-verdict", Static).update("starting…")
+        self.launcher = Launcher(spec)
+        for r in self.buffers:  # subscribe before start: no event may be missed
+            self.follow_rank(self.launcher.subscribe_async(r), r)
+        self.gpu_monitor = GpuMonitor().start()
+        self.started_wall = time.time()
+        self.launcher.start()
+        self.await_summary(self.launcher, spec)
+
+    @work(group="ranks", exit_on_error=False, description="following one rank's events")
+    async def follow_rank(self, events: AsyncIterator[Any], rank: int) -> None:
+        from doctor.launch.events import RankOutput
+
+        async for ev in events:
+            if isinstance(ev, RankOutput):
+                self.buffers[rank].extend(ev.lines)
+                self.shown[rank] += len(ev.lines)
+
+    @work(thread=True, group="launch", exit_on_error=False, description="waiting for the ranks")
+    def await_summary(self, launcher: Launcher, spec: Any) -> None:
+        summary = launcher.wait()
+        assert summary is not None
+        verdict = f"exit {summary.exit_code}: {summary.reason}"
+        if spec.instrumented and any(r.pid for r in summary.ranks):
+            from doctor.launch.verify import verify
+
+            check = verify(spec, summary, self.started_wall)
+            verdict += "\n" + check.verdict_line() + "".join(f"\n  {p}" for p in check.problems())
+        self.app.call_from_thread(self.run_finished, summary, verdict)
+
+    def run_finished(self, summary: RunSummary, verdict: str) -> None:
+        self.summary = summary
+        self.verdict = verdict
+        if self.gpu_monitor is not None:
+            self.gpu_monitor.stop()
+        self.refresh_view()
+        style = "bold green" if summary.exit_code == 0 else "bold red"
+        self.query_one("#launch-verdict", Static).update(Text(verdict, style=style))
+
+    # -- live view ---------------------------------------------------------------
+    def refresh_view(self) -> None:
+        if self.launcher is None:
+            return
+        table = self.query_one("#ranks", DataTable)
+        for st in self.launcher.statuses():
+            self.update_row(table, st)
+        self.flush_log()
+        self.update_gpus()
+
+    def update_row(self, table: DataTable[Any], st: RankStatus) -> None:
+        key = str(st.rank)
+        state = st.state.value
+        exit_text = "" if st.returncode is None else (st.signal or str(st.returncode))
+        table.update_cell(key, "state", Text(state, style=STATE_STYLE.get(state, "")))
+        table.update_cell(key, "pid", str(st.pid or ""))
+        table.update_cell(key, "step", st.progress_text)
+        table.update_cell(key, "exit", exit_text)
+        table.update_cell(key, "last", st.last_line[-80:], update_width=False)
+
+    def flush_log(self) -> None:
+        """Move the selected rank's new lines into the log pane (a bounded batch per tick)."""
+        rank = self.selected_rank
+        buf = self.buffers.get(rank)
+        if buf is None:
+            return
+        log = self.query_one("#rank-log", Log)
+        new = min(self.shown.get(rank, 0), len(buf))
+        if new:
+            lines = list(buf)[-min(new, LOG_MAX_LINES):]
+            self.shown[rank] = 0
+            log.write_lines(lines)
+
+    def update_gpus(self) -> None:
+        if self.gpu_monitor is None:
+            return
+        samples, error = self.gpu_monitor.snapshot()
+        note = self.query_one("#gpu-note", Static)
+        if error:
+            note.update(f"GPUs: N/A ({error})")
+            return
+        note.update("GPUs: utilisation % (top) and memory % (bottom), last minute")
+        box = self.query_one("#gpus", Vertical)
+        for s in samples:
+            util, mem = self.gpu_history.setdefault(s.index, (deque(maxlen=GPU_HISTORY),
+                                                              deque(maxlen=GPU_HISTORY)))
+            util.append(float(s.util_pct or 0))
+            mem.append(100.0 * (s.mem_used or 0) / (s.mem_total or 1))
+            for kind, data in (("util", util), ("mem", mem)):
+                wid = f"gpu-{s.index}-{kind}"
+                found = box.query(f"#{wid}")
+                if found:
+                    found.first(Sparkline).data = list(data)
+                else:
+                    box.mount(Horizontal(Label(f"GPU{s.index} {kind:<4} "),
+                                         Sparkline(list(data), id=wid), classes="gpu-line"))
+
+    @on(DataTable.RowHighlighted, "#ranks")
+    def rank_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is None:
+            return
+        rank = int(event.row_key.value)
+        if rank == self.selected_rank:
+            return
+        self.selected_rank = rank
+        log = self.query_one("#rank-log", Log)
+        log.clear()
+        buf = self.buffers.get(rank, deque())
+        log.write_lines(list(buf)[-LOG_MAX_LINES:])
+        self.shown[rank] = 0
+
+    # -- stopping ----------------------------------------------------------------
+    async def stop_run(self) -> None:
+        """Stop every rank's process group and wait until they are gone."""
+        launcher = self.launcher
+        if launcher is None or self.summary is not None:
+            return
+        launcher.stop("stopped from the app")
+        await asyncio.get_running_loop().run_in_executor(None, launcher.wait)
+
+    async def action_stop(self) -> None:
+        if not self.running:
+            self.notify("No run is going.")
+            return
+        self.query_one("#launch-verdict", Static).update("stopping every rank…")
+        await self.stop_run()
+
+    async def action_close(self) -> None:
+        if self.running:
+            self.notify("The run is still going: stop it (s) before leaving.", severity="warning")
+            return
+        self.dismiss(None)
