@@ -197,7 +197,8 @@ MinJobAge=300
                 return
             for proc in self.procs:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{what}: {proc.args[0]} exited {proc.returncode}; "
+                    name = Path(str(proc.args[0] if isinstance(proc.args, list) else proc.args)).name
+                    raise RuntimeError(f"{what}: {name} exited {proc.returncode}; "
                                        f"logs in {self.root / 'log'}")
             time.sleep(0.2)
         raise RuntimeError(f"{what} within {timeout} s; logs in {self.root / 'log'}")

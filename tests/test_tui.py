@@ -1,0 +1,291 @@
+"""The interactive app, driven with Textual's Pilot over real inputs.
+
+The example job folder is copied to tmp_path; the node probes run against the
+C fakes (healthy 4-GPU node); launches run real `gloo` ranks on the CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual.widgets import DataTable, Input, Static  # noqa: E402
+
+from doctor.case import Case  # noqa: E402
+from doctor.model import Status  # noqa: E402
+from doctor.tui.app import DoctorApp, Options, make_app  # noqa: E402
+from doctor.tui.finding import FindingScreen  # noqa: E402
+from doctor.tui.fix import FixScreen  # noqa: E402
+from doctor.tui.launch import LaunchScreen  # noqa: E402
+from doctor.tui.report import ReportScreen  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "scorep-ddp-broken"
+
+DDP_SCRIPT = """\
+import os, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+steps = int(os.environ.get("STEPS", "5"))
+for step in range(1, steps + 1):
+    t = torch.ones(4) * rank
+    dist.all_reduce(t)
+    print(f"step {step}/{steps} sum={t[0].item()}", flush=True)
+    if os.environ.get("SLOW"):
+        time.sleep(0.2)
+dist.destroy_process_group()
+"""
+
+
+def plain(widget: Static) -> str:
+    """What a Static shows, as plain text (Rich renderables rendered, markup stripped)."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"), color_system=None)
+    console.print(widget.content)
+    return console.export_text()
+
+
+def run_app(app: DoctorApp, body: Callable[[Any], Awaitable[None]], size: tuple[int, int] = (140, 45)) -> None:
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await body(pilot)
+    asyncio.run(main())
+
+
+async def until(pilot: Any, predicate: Callable[[], bool], timeout: float = 120.0, what: str = "") -> None:
+    """Let the app run until predicate() holds (events, not sleeps: each pause yields to the app)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await pilot.pause(0.05)
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    dst = tmp_path / "job"
+    shutil.copytree(EXAMPLE, dst)
+    return dst
+
+
+@pytest.fixture
+def ddp_job(tmp_path: Path) -> Path:
+    folder = tmp_path / "ddp"
+    folder.mkdir()
+    (folder / "train.py").write_text(DDP_SCRIPT)
+    return folder
+
+
+def app_for(root: Path, env: dict[str, str] | None = None, playbook: str = "scorep-ddp") -> DoctorApp:
+    case = Case(root=root, env=env if env is not None else dict(os.environ))
+    return make_app(case, Options(playbook=playbook, budget_s=60, extra={"warmup": False, "grace_s": 2.0}))
+
+
+def test_checks_fill_in_live_on_the_broken_example(job: Path, fake_node: Any) -> None:
+    app = app_for(job, fake_node("healthy"))
+    seen_running: list[str] = []
+
+    async def body(pilot: Any) -> None:
+        table = app.query_one("#checks", DataTable)
+        assert table.row_count >= 20  # every check is listed before it runs
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.pause()
+        seen_running.extend(app.results)
+        verdict = plain(app.query_one("#verdict", Static))
+        assert "NOT READY" in verdict
+        assert "fail" in verdict
+
+    run_app(app, body)
+    assert app.results["GPU001"].status == Status.PASS  # the fake node's 4 GPUs
+    assert app.results["SCP002"].status == Status.FAIL  # --cuda missing in job.sbatch
+    assert app.results["LNC001"].status == Status.FAIL  # torchrun under python -m scorep
+    assert set(seen_running) >= {"GPU003", "SCP003", "SCR001", "TRN001"}
+
+
+def test_opening_a_finding_shows_its_evidence(job: Path) -> None:
+    app = app_for(job, playbook="scorep-ddp")
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        table = app.query_one("#checks", DataTable)
+        table.move_cursor(row=table.get_row_index("SCP003"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, FindingScreen), what="the detail screen")
+        screen = app.screen
+        text = "\n".join(plain(w) for w in screen.query(Static))
+        assert "SCP003" in text
+        assert "SCOREP_TOTAL_MEMORY" in text
+        assert "job.sbatch" in text
+        assert "scorep-total-memory" in text  # the remedy, with its safety
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, FindingScreen), what="back")
+
+    run_app(app, body)
+
+
+def test_fix_flow_applies_verifies_and_undo_restores(job: Path) -> None:
+    sbatch = job / "job.sbatch"
+    before = sbatch.read_bytes()
+    app = app_for(job)
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None,
+                    what="the plan")
+        screen = app.screen
+        assert isinstance(screen, FixScreen)
+        from textual.widgets import SelectionList
+
+        selected = screen.query_one("#fix-list", SelectionList).selected
+        assert "scorep-total-memory" in selected  # safe: preselected
+        assert "lazy-scorep-import" not in selected  # unsafe: opt-in
+        diff = plain(screen.query_one("#fix-diff", Static))
+        assert "3500M" in diff or "SCOREP_TOTAL_MEMORY" in diff
+        await pilot.press("a")
+        await pilot.press("y")
+        await until(pilot, lambda: screen.changed, what="the apply")
+        result = plain(screen.query_one("#fix-result", Static))
+        assert "verified" in result
+        assert "NOT verified" not in result
+        assert sbatch.read_bytes() != before
+        assert b"3500M" in sbatch.read_bytes()
+        await pilot.press("u")
+        await until(pilot, lambda: sbatch.read_bytes() == before, what="the undo")
+
+    run_app(app, body)
+    assert sbatch.read_bytes() == before
+
+
+def test_launch_shows_both_ranks_finish(ddp_job: Path) -> None:
+    app = app_for(ddp_job, playbook="post-run")
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        screen.query_one("#command", Input).value = "train.py"
+        screen.query_one("#nproc", Input).value = "2"
+        await pilot.click("#start")
+        await until(pilot, lambda: screen.summary is not None, what="the run")
+        await pilot.pause(0.2)
+        table = screen.query_one("#ranks", DataTable)
+        states = [str(table.get_cell(str(r), "state")) for r in range(2)]
+        assert states == ["done", "done"]
+        assert "5/5" in str(table.get_cell("0", "step"))
+        from textual.widgets import Log
+
+        assert any("step 5/5" in line for line in screen.query_one("#rank-log", Log).lines)
+        assert "exit 0" in plain(screen.query_one("#launch-verdict", Static))
+
+    run_app(app, body)
+
+
+def test_stopping_a_run_leaves_no_rank_process(ddp_job: Path) -> None:
+    env = {**os.environ, "STEPS": "10000", "SLOW": "1"}
+    case = Case(root=ddp_job, env=env)
+    app = make_app(case, Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
+    pids: list[int] = []
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        screen.query_one("#command", Input).value = "train.py"
+        screen.query_one("#nproc", Input).value = "2"
+        screen.build_spec = _with_env(screen.build_spec, env)  # type: ignore[method-assign]
+        await pilot.click("#start")
+        await until(pilot, lambda: screen.launcher is not None
+                    and all((s.step or 0) >= 1 for s in screen.launcher.statuses()), what="steps")
+        pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
+        await pilot.press("ctrl+c")  # inside Textual, ctrl+c is a key: it stops the ranks
+        await until(pilot, lambda: screen.summary is not None, what="the stop")
+
+    run_app(app, body)
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def _with_env(build: Callable[[], Any], env: dict[str, str]) -> Callable[[], Any]:
+    import dataclasses
+
+    return lambda: dataclasses.replace(build(), env=env)
+
+
+def test_exporting_a_report_writes_the_file(job: Path, tmp_path: Path) -> None:
+    target = tmp_path / "ticket.html"
+    app = app_for(job)
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ReportScreen), what="the report screen")
+        screen = app.screen
+        assert isinstance(screen, ReportScreen)
+        screen.query_one("#report-path", Input).value = str(target)
+        await pilot.click("#write")
+        await until(pilot, lambda: screen.written is not None, what="the report")
+
+    run_app(app, body)
+    html = target.read_text()
+    assert "<html" in html.lower()
+    assert "SCP003" in html
+
+
+def test_gpu_sparklines_render_from_nvml_samples(ddp_job: Path) -> None:
+    from doctor.launch.gpus import GpuSample
+
+    class Monitor:
+        def snapshot(self) -> tuple[tuple[GpuSample, ...], str | None]:
+            return (GpuSample(0, "H100", 75, 40 * 2**30, 80 * 2**30),
+                    GpuSample(1, "H100", 10, 8 * 2**30, 80 * 2**30)), None
+
+        def stop(self) -> None:
+            pass
+
+    app = app_for(ddp_job, playbook="post-run")
+
+    async def body(pilot: Any) -> None:
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        screen.gpu_monitor = Monitor()
+        screen.update_gpus()
+        screen.update_gpus()
+        await pilot.pause()
+        from textual.widgets import Sparkline
+
+        lines = {s.id: list(s.data or []) for s in screen.query(Sparkline)}
+        assert lines["gpu-0-util"] == [75.0, 75.0]
+        assert lines["gpu-1-mem"] == [10.0, 10.0]
+
+    run_app(app, body)
+
+
+def test_without_a_terminal_it_points_to_the_headless_modes(job: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "doctor", str(job)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 2
+    assert "--check-only" in proc.stderr
+    assert "report" in proc.stderr
+    assert "Traceback" not in proc.stderr
