@@ -7,7 +7,8 @@
 Slurm runs the Prolog with no PATH and an environment of its own (nothing of
 slurmd's), so the settings reach `doctor/slurm/prolog.sh` the way an admin's
 do: through its conf file, here a test copy named by a two-line wrapper
-(`GPU_DOCTOR_PROLOG_CONF`) instead of /etc/gpu-doctor/prolog.conf. The conf
+(`GPU_DOCTOR_PROLOG_CONF`) instead of /etc/gpu-doctor/prolog.conf. The wrapper
+also writes how long each Prolog took. The conf
 exports the fake node's variables (`LD_LIBRARY_PATH`, `FAKE_*`) so the gate
 loads the fake NVIDIA libraries; rewriting it switches the node's scenario
 for the next job.
@@ -68,14 +69,21 @@ class PrologSetup:
         self.wrapper = root / "prolog-wrapper.sh"
         self.shim = root / "gpu-doctor"
         self.verdicts = root / "verdicts"
+        self.timings = root / "timings"
 
     def install(self) -> PrologSetup:
         self.root.mkdir(parents=True, exist_ok=True)
         # gpu-doctor as an admin's venv has it: one executable, whatever the Prolog's PATH.
         write_exec(self.shim, f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))}\nexport PYTHONPATH\n"
                               f"exec {shlex.quote(PYTHON)} -m doctor \"$@\"\n")
-        write_exec(self.wrapper, f"#!/bin/sh\nGPU_DOCTOR_PROLOG_CONF={shlex.quote(str(self.conf))}\n"
-                                 f"export GPU_DOCTOR_PROLOG_CONF\nexec {shlex.quote(str(PROLOG_SH))}\n")
+        # The wrapper also times the whole Prolog (gpu-doctor's start-up included) per job.
+        write_exec(self.wrapper, f"""#!/bin/sh
+start=$(date +%s.%N)
+GPU_DOCTOR_PROLOG_CONF={shlex.quote(str(self.conf))} {shlex.quote(str(PROLOG_SH))}
+rc=$?
+echo "$SLURM_JOB_ID $start $(date +%s.%N) $rc" >>{shlex.quote(str(self.timings))}
+exit $rc
+""")
         self.configure("healthy")
         return self
 
@@ -99,6 +107,12 @@ class PrologSetup:
 
     def reason_line(self, job: str) -> str:
         return (self.verdicts / f"job-{job}.txt").read_text()
+
+    def runs(self, job: str) -> list[tuple[float, int]]:
+        """(seconds, exit status) of each Prolog run for `job`, as the wrapper measured them."""
+        lines = self.timings.read_text().splitlines() if self.timings.exists() else []
+        return [(float(end) - float(start), int(rc))
+                for job_id, start, end, rc in (ln.split() for ln in lines) if job_id == job]
 
 
 def check(doc: dict[str, Any], check_id: str) -> dict[str, Any]:

@@ -77,7 +77,8 @@ def test_healthy_node_runs_the_job_and_the_verdict_names_the_allocated_gpus(
     assert gpu002["environment"] == "CUDA_VISIBLE_DEVICES=0,1"
     assert gpu002["cuDeviceGetCount"] == "2"
     assert check(doc, "GPU003")["status"] == "pass"
-    assert doc["run"]["duration_s"] < PROLOG_EPILOG_TIMEOUT / 4
+    [(seconds, rc)] = prolog.runs(job)
+    assert rc == 0 and doc["run"]["duration_s"] < seconds < PROLOG_EPILOG_TIMEOUT / 4
     assert not (prolog.verdicts / f"node-{node.host}.txt").exists()
 
 
@@ -102,8 +103,9 @@ def test_node_whose_cuda_runtime_says_802_is_drained_until_resumed(
     assert (doc["status"], gpu003["status"]) == ("fail", "fail")
     assert gpu003["entities"] == [{"host": node.host}]
     assert "node-exclude" in [r["id"] for r in gpu003["remedies"]]
-    # Even retrying 802 for its whole budget, the gate ends well inside PrologEpilogTimeout.
-    assert GATE_TIMEOUT - 3 < doc["run"]["duration_s"] < PROLOG_EPILOG_TIMEOUT / 2
+    # Even retrying 802 for its whole budget, the Prolog ends well inside PrologEpilogTimeout.
+    [(seconds, rc)] = prolog.runs(job)
+    assert rc == 1 and doc["run"]["duration_s"] < seconds < PROLOG_EPILOG_TIMEOUT / 2
 
     # The node is repaired; the admin resumes it and releases the held job.
     prolog.configure("healthy")
@@ -112,7 +114,8 @@ def test_node_whose_cuda_runtime_says_802_is_drained_until_resumed(
     node.run("scontrol", "release", job)
     assert node.wait_job(job, timeout=90) == "COMPLETED", node.job_info(job)
     assert out.read_text().startswith(f"ran on {node.host}")
-    assert prolog.verdict(job)["status"] == "pass"       # the job's verdict is its last Prolog's
+    assert [rc for _, rc in prolog.runs(job)] == [1, 0]  # the Prolog ran again for the released job
+    assert prolog.verdict(job)["status"] == "pass"       # and the job's verdict is its last run's
     assert "GPU003" in (prolog.verdicts / f"node-{node.host}.txt").read_text()   # history stays
     again, out2 = submit(node, tmp_path / "second")
     assert node.wait_job(again, timeout=60) == "COMPLETED", node.job_info(again)

@@ -289,3 +289,26 @@ def test_without_a_terminal_it_points_to_the_headless_modes(job: Path) -> None:
     assert "--check-only" in proc.stderr
     assert "report" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_launch_screen_shows_where_the_time_went(tmp_path: Path) -> None:
+    from timeline_tracegen import comm, compute, write_rank_trace
+
+    from doctor.tui.launch import timeline_text
+
+    # 1000 ticks of compute on stream 7 with an AllReduce fully hidden under it on stream 20.
+    for rank in range(2):
+        write_rank_trace(tmp_path / f"scorep_rank_{rank}", [compute(7, 0, 1000), comm(20, 200, 600)],
+                         resolution=1000)
+    text = timeline_text(tmp_path)
+    print(text)
+    assert "exposed" in text.lower()
+    assert "scorep_rank_1" in text or "rank 1" in text.lower()
+
+
+def test_launch_screen_time_breakdown_never_raises(tmp_path: Path) -> None:
+    from doctor.tui.launch import timeline_text
+
+    (tmp_path / "scorep_rank_0").mkdir()
+    (tmp_path / "scorep_rank_0" / "traces.otf2").write_bytes(b"not a trace")
+    assert "no time breakdown" in timeline_text(tmp_path) or "exposed" not in timeline_text(tmp_path)

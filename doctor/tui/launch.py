@@ -19,7 +19,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import (
     Button, Checkbox, DataTable, Footer, Header, Input, Label, Log, Select, Sparkline, Static,
@@ -57,6 +57,27 @@ def suggested_command(case: Case, facts: dict[str, Any] | None) -> tuple[str, in
                 nproc = int(spawner.nproc)
             return shlex.join([script, *launch.training_args]), nproc
     return "train.py", nproc
+
+
+def timeline_text(workdir: Path, width: int = 130, timeout: float = 120.0) -> str:
+    """Where the time went in the run's traces (overlap-aware), as plain text; never raises.
+
+    Runs `gpu-doctor timeline` in a subprocess: the OTF2 C library writes to the
+    terminal's stderr on bad input (it would garble the screen) and may abort.
+    """
+    import os
+    import sys
+
+    from doctor.isolate import run_isolated
+
+    env = {**os.environ, "COLUMNS": str(width), "NO_COLOR": "1", "TERM": "dumb"}
+    res = run_isolated([sys.executable, "-m", "doctor", "timeline", str(workdir)], timeout, env=env)
+    if res.timed_out:
+        return f"(no time breakdown: the trace analysis took longer than {timeout:.0f} s)"
+    if res.returncode != 0:
+        why = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
+        return f"(no time breakdown: {why})"
+    return res.stdout.rstrip()
 
 
 class LaunchScreen(Screen[None]):
@@ -100,7 +121,8 @@ class LaunchScreen(Screen[None]):
         yield Log(id="rank-log", max_lines=LOG_MAX_LINES, highlight=False)
         with Vertical(id="gpus"):
             yield Static("GPUs: N/A until the run starts", id="gpu-note")
-        yield Static("", id="launch-verdict")
+        with VerticalScroll(id="launch-verdict-box"):
+            yield Static("", id="launch-verdict")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -183,6 +205,8 @@ class LaunchScreen(Screen[None]):
 
             check = verify(spec, summary, self.started_wall)
             verdict += "\n" + check.verdict_line() + "".join(f"\n  {p}" for p in check.problems())
+            if check.measured:
+                verdict += "\n" + timeline_text(spec.workdir)
         self.app.call_from_thread(self.run_finished, summary, verdict)
 
     def run_finished(self, summary: RunSummary, verdict: str) -> None:
