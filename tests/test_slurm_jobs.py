@@ -22,7 +22,7 @@ from doctor.case import Case
 from doctor.model import Evidence, Finding, Status
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,7 @@ def submit(slurm: LocalSlurm, folder: Path, *args: str) -> tuple[str, Path]:
     return slurm.sbatch(script, f"--output={out}", f"--chdir={folder}", *args), out
 
 
+@pytest.mark.slurm
 def test_healthy_node_runs_the_job_and_the_verdict_names_the_allocated_gpus(
         node: LocalSlurm, prolog: PrologSetup, tmp_path: Path) -> None:
     job, out = submit(node, tmp_path, "--gres=gpu:2")
@@ -82,6 +83,7 @@ def test_healthy_node_runs_the_job_and_the_verdict_names_the_allocated_gpus(
     assert not (prolog.verdicts / f"node-{node.host}.txt").exists()
 
 
+@pytest.mark.slurm
 def test_node_whose_cuda_runtime_says_802_is_drained_until_resumed(
         node: LocalSlurm, prolog: PrologSetup, tmp_path: Path) -> None:
     prolog.configure("permanent_802")
@@ -122,6 +124,7 @@ def test_node_whose_cuda_runtime_says_802_is_drained_until_resumed(
     assert out2.exists()
 
 
+@pytest.mark.slurm
 def test_a_gate_that_cannot_run_does_not_drain_the_node(
         node: LocalSlurm, prolog: PrologSetup, tmp_path: Path) -> None:
     prolog.configure("healthy", gpu_doctor=tmp_path / "not-installed")

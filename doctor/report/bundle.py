@@ -1,6 +1,6 @@
 """The .tar.gz bundle: the report in all three formats plus the raw material a
 support team reads next (log excerpts, per-rank log tails, `scorep.cfg` files,
-trace summaries), size-capped.
+the timeline analysis as `timeline.json`, trace summaries), size-capped.
 
 Extra files are gathered raw by `gather`, redacted by the caller's Redactor
 (the same pass as the document), then packed by `pack`, which drops whatever
@@ -37,7 +37,7 @@ class BundleFile:
 
     @property
     def name(self) -> str:
-        return f"{self.folder}/{safe_name(self.label)}{self.suffix}"
+        return f"{self.folder + '/' if self.folder else ''}{safe_name(self.label)}{self.suffix}"
 
     @property
     def size(self) -> int:
@@ -76,6 +76,9 @@ def gather(doc: Mapping[str, Any], root: Path | None) -> list[BundleFile]:
         except OSError:
             continue
         files.append(BundleFile("scorep", str(path.parent), "/scorep.cfg", text))
+    result = (doc.get("timeline") or {}).get("result")
+    if result:  # the `gpu-doctor timeline --json` document, beside report.json
+        files.append(BundleFile("", "timeline", ".json", json.dumps(result, indent=2, default=str) + "\n"))
     for exp in doc.get("experiments", []):
         if exp.get("summary"):
             files.append(BundleFile("traces", str(exp.get("path") or "experiment"), ".summary.json",

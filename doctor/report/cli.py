@@ -30,8 +30,8 @@ FORMATS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".h
 def build_parser() -> Parser:
     p = Parser(prog="gpu-doctor report", description=(
         "Write one redacted, self-contained report for a support ticket. The format follows FILE's "
-        "extension: .json, .md, .html, or .tar.gz (the report plus log excerpts, scorep.cfg files "
-        "and trace summaries)."))
+        "extension: .json, .md, .html, or .tar.gz (the report plus log excerpts, scorep.cfg files, "
+        "the timeline analysis and trace summaries)."))
     add_case_args(p)
     p.add_argument("-o", "--output", metavar="FILE",
                    help="where to write the report (required unless --preview)")

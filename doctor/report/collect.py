@@ -14,13 +14,14 @@ import platform
 import shlex
 import socket
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from doctor import __version__
 from doctor.facts import ProbeFailure
-from doctor.report import history, sources
+from doctor.report import history, sources, timeline
 from doctor.report.versions import fact, pick, versions
 from doctor.runner import Run
 from doctor.verdict import run_json
@@ -146,6 +147,8 @@ def build_document(run: Run, argv: list[str], fail_on: str = "error") -> dict[st
         "experiments": sources.experiment_list(fact(run, "experiments")[0]),
         "facts": facts_status(run),
     })
+    # last: it takes whatever is left of the run's time budget
+    doc["timeline"] = timeline.section(case.root, run.facts.deadline - time.monotonic())
     return doc
 
 

@@ -10,7 +10,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from doctor.report import view
+from doctor.report import timeline, view
 
 CSS = """
 :root { color-scheme: light dark; --bg:#fff; --fg:#1d2125; --muted:#5f6b76; --line:#d6dbe0; --code:#f4f6f8;
@@ -82,6 +82,7 @@ def render(doc: Mapping[str, Any]) -> str:
 
 
 def sections(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    where = [("timeline", "Where the time goes", _timeline(doc["timeline"]))] if doc.get("timeline") else []
     return [
         ("summary", "Summary", _summary(doc)),
         ("findings", "Findings", _findings(doc)),
@@ -94,6 +95,7 @@ def sections(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         ("environment", "Environment", _environment(doc)),
         ("remedies", "Remedies applied", _journal(doc)),
         ("launch", "Last launch", _launch(doc)),
+        *where,
         ("logs", "Log excerpts", _excerpts(doc)),
         ("redaction", "Redaction", table(("Rule", "Count", "What it does"), view.redaction_rows(doc))),
     ]
@@ -200,3 +202,13 @@ def _excerpts(doc: Mapping[str, Any]) -> str:
         return para(doc.get("log_excerpts_note") or "No known signature matched in the logs.")
     return "".join(f"<h3><code>{esc(ex['signature'])}</code> at {esc(ex['file'])}:{esc(ex['line'])}</h3>"
                    + pre(view.excerpt_text(ex)) for ex in doc["log_excerpts"])
+
+
+def _timeline(tl: Mapping[str, Any]) -> str:
+    out = []
+    for block in timeline.blocks(tl):
+        if isinstance(block, timeline.Table):
+            out.append(f"<h3>{esc(block.caption)}</h3>" + table(block.headers, block.rows))
+        else:
+            out.append(para(block.text, "muted" if block.muted else ""))
+    return "".join(out)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from doctor.report import view
+from doctor.report import timeline, view
 
 
 def cell(value: Any) -> str:
@@ -51,6 +51,7 @@ def render(doc: Mapping[str, Any]) -> str:
 
 
 def sections(doc: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    where = [("Where the time goes", _timeline(doc["timeline"]))] if doc.get("timeline") else []
     return [
         ("Summary", _summary(doc)),
         ("System", _kv(view.system_rows(doc))),
@@ -63,6 +64,7 @@ def sections(doc: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         ("Findings", _findings(doc)),
         ("Remedies applied", _journal(doc)),
         ("Last launch", _launch(doc)),
+        *where,
         ("Log excerpts", _excerpts(doc)),
         ("Redaction", table(("Rule", "Count", "What it does"), view.redaction_rows(doc))),
     ]
@@ -174,4 +176,14 @@ def _excerpts(doc: Mapping[str, Any]) -> list[str]:
     for ex in doc["log_excerpts"]:
         out += [f"### {cell(ex['signature'])} at {cell(ex['file'])}:{ex['line']}", ""]
         out += fenced(view.excerpt_text(ex))
+    return out
+
+
+def _timeline(tl: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for block in timeline.blocks(tl):
+        if isinstance(block, timeline.Table):
+            out += [f"**{cell(block.caption)}**", ""] + table(block.headers, block.rows)
+        else:
+            out += [f"*{block.text}*" if block.muted else block.text, ""]
     return out

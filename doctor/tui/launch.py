@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from doctor.tui.app import Options
 
 LOG_MAX_LINES = 2000
+LINES_PER_TICK = 60
 BUFFER_LINES = 5000
 REFRESH_S = 0.1
 GPU_HISTORY = 60
@@ -239,17 +240,26 @@ class LaunchScreen(Screen[None]):
         table.update_cell(key, "last", st.last_line[-80:], update_width=False)
 
     def flush_log(self) -> None:
-        """Move the selected rank's new lines into the log pane (a bounded batch per tick)."""
+        """Move the selected rank's new lines into the log pane, at most a screenful per tick.
+
+        A flood (thousands of lines a second) is shown as its latest lines plus a
+        marker of how many were skipped: nobody reads faster, and the full log is on disk.
+        """
         rank = self.selected_rank
         buf = self.buffers.get(rank)
         if buf is None:
             return
-        log = self.query_one("#rank-log", Log)
         new = min(self.shown.get(rank, 0), len(buf))
-        if new:
-            lines = list(buf)[-min(new, LOG_MAX_LINES):]
-            self.shown[rank] = 0
-            log.write_lines(lines)
+        if not new:
+            return
+        self.shown[rank] = 0
+        take = min(new, LINES_PER_TICK)
+        lines = [buf[i] for i in range(len(buf) - take, len(buf))]
+        if new > take:
+            status = self.launcher.statuses()[rank] if self.launcher else None
+            where = f" (full log: {status.log_path})" if status and status.log_path else ""
+            lines.insert(0, f"… {new - take} lines skipped{where}")
+        self.query_one("#rank-log", Log).write_lines(lines)
 
     def update_gpus(self) -> None:
         if self.gpu_monitor is None:

@@ -1,0 +1,287 @@
+"""The report's "Where the time goes" section: the timeline analysis of the job folder's traces.
+
+`section(root, budget_s)` finds the Score-P experiment folders under the job folder that hold a
+trace or a profile and runs `doctor.timeline.analyse` on the folder in a child process
+(`python -m doctor.report.timeline ROOT KEEP_STEPS`), killed when the run's remaining time
+budget is spent: a multi-GB trace takes a while, and a corrupt one may crash the OTF2 reader,
+and neither may cost the report. Whatever happens becomes the section's `status` and `note`;
+nothing raises.
+
+The section (`doc["timeline"]`; null for a node-only report):
+  status       analysed | no_traces | unreadable | skipped | timeout | failed
+  note         one line saying why there are no numbers (null when analysed)
+  path         the folder analysed
+  experiments  experiment folders holding traces.otf2 or profile.cubex
+  duration_s   how long the analysis ran
+  result       the `gpu-doctor timeline --json` document (gpu-doctor.timeline/1), or null
+
+`blocks(section)` turns it into paragraphs and tables that render_md and render_html lay out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KEEP_STEPS = 20          # steps per rank listed one by one in the report (totals cover all)
+MIN_BUDGET_S = 1.0       # below this, starting Python and the OTF2 reader is not worth it
+SCHEMA = "gpu-doctor.timeline/1"
+PROFILE_KIND = "sums, no overlap information"
+LEGEND = ("Wall = the rank's trace window; GPU busy = union of all GPU activity on the rank's streams; "
+          "compute / comm = union of compute / NCCL kernels; hidden = comm under compute; exposed = comm "
+          "with no compute beside it; idle = wall - busy. Σ = plain sums of kernel durations, what a "
+          "profile shows: they double-count overlapping kernels.")
+
+
+# -- collecting --------------------------------------------------------------------------------
+
+def measured_experiments(root: Path) -> list[Path]:
+    """Experiment folders under `root` that hold a trace or a profile (what analyse can read)."""
+    from doctor.timeline.discover import find_experiments
+
+    return [e for e in find_experiments(root)
+            if (e / "traces.otf2").is_file() or (e / "profile.cubex").is_file()]
+
+
+def section(root: Path | None, budget_s: float) -> dict[str, Any] | None:
+    """The report's timeline section for the job folder `root`, within `budget_s` seconds."""
+    if root is None:
+        return None
+    out: dict[str, Any] = {"status": "failed", "note": None, "path": str(root), "experiments": 0,
+                           "duration_s": 0.0, "result": None}
+    try:
+        _fill(out, root, budget_s)
+    except Exception as exc:  # the report must be written whatever the analysis does
+        out.update(status="failed", note=f"the timeline analysis failed: {type(exc).__name__}: {exc}")
+    return out
+
+
+def _fill(out: dict[str, Any], root: Path, budget_s: float) -> None:
+    if not root.is_dir():
+        out.update(status="no_traces", note=f"{root} is not a folder: no traces to analyse")
+        return
+    experiments = measured_experiments(root)
+    out["experiments"] = len(experiments)
+    if not experiments:
+        out.update(status="no_traces", note=(
+            "No Score-P traces or profiles in the job folder (no traces.otf2 or profile.cubex): an "
+            "instrumented launch (`gpu-doctor launch`) leaves them in scorep_rank_N/."))
+        return
+    if budget_s < MIN_BUDGET_S:
+        out.update(status="skipped", note=(
+            f"Skipped: {budget_s:.1f} s left of the run's time budget (--timeout) for "
+            f"{len(experiments)} experiment folder(s); run `gpu-doctor timeline {root}` for the numbers."))
+        return
+    from doctor.isolate import run_isolated
+
+    argv = [sys.executable, "-m", "doctor.report.timeline", str(root), str(KEEP_STEPS)]
+    res = run_isolated(argv, timeout=budget_s, env=child_env())
+    out["duration_s"] = round(res.duration_s, 3)
+    if res.timed_out:
+        out.update(status="timeout", note=(
+            f"Stopped after {res.duration_s:.1f} s, the run's remaining time budget, while reading "
+            f"{len(experiments)} experiment folder(s); run `gpu-doctor timeline {root}` for the numbers, "
+            "or raise --timeout."))
+        return
+    if res.returncode != 0:
+        why = res.signal_name or last_line(res.stderr) or f"exit code {res.returncode}"
+        out.update(status="failed", note=f"The timeline analysis failed: {why}")
+        return
+    try:
+        result = res.json()
+    except ValueError:
+        result = None
+    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
+        out.update(status="failed", note="The timeline analysis printed no timeline document: "
+                                         f"{last_line(res.stderr) or last_line(res.stdout) or 'no output'}")
+        return
+    out["result"] = result
+    if any(run.get("rank_timelines") or run.get("profiles") for run in result.get("runs", [])):
+        out["status"] = "analysed"
+    else:
+        why = next(iter(all_notes(result)), "no reason given")
+        out.update(status="unreadable", note=f"No trace or profile could be read: {why}")
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment, with the folder holding the `doctor` package importable."""
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def all_notes(result: Mapping[str, Any]) -> list[str]:
+    notes = [str(n) for n in result.get("notes", [])]
+    for run in result.get("runs", []):
+        notes += [str(n) for n in run.get("notes", [])]
+    return notes
+
+
+def child(argv: Sequence[str]) -> int:
+    """In the child process: analyse ROOT, print the timeline JSON document on one line."""
+    from doctor.timeline import analyse
+
+    report = analyse([Path(argv[0])], keep_steps=int(argv[1]) if len(argv) > 1 else KEEP_STEPS)
+    sys.stdout.write(json.dumps(report.to_json(), default=str) + "\n")
+    return 0
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Para:
+    text: str
+    muted: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    caption: str
+    headers: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+
+
+Block = Para | Table
+
+BREAKDOWN_HEADERS = ("Wall", "GPU busy", "Compute", "Comm (NCCL)", "Hidden comm", "Exposed comm",
+                     "Exposed %", "Idle", "Σ compute", "Σ comm")
+
+
+def seconds(value: Any) -> str:
+    """2.375 s, 12.3 ms, 40 µs; '-' when unknown."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "-"
+    size = abs(value)
+    if size >= 1:
+        return f"{value:.3f} s"
+    if size >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return "0" if size == 0 else f"{value * 1e6:.3g} µs"
+
+
+def percent(part: Any, whole: Any) -> str:
+    ok = all(isinstance(v, (int, float)) for v in (part, whole))
+    return f"{100 * part / whole:.1f} %" if ok and whole else "-"
+
+
+def breakdown_cells(b: Mapping[str, Any]) -> tuple[str, ...]:
+    summed = b.get("summed") or {}
+    return (seconds(b.get("wall_s")), seconds(b.get("busy_s")), seconds(b.get("compute_s")),
+            seconds(b.get("comm_s")), seconds(b.get("hidden_comm_s")), seconds(b.get("exposed_comm_s")),
+            percent(b.get("exposed_comm_s"), b.get("wall_s")), seconds(b.get("idle_s")),
+            seconds(summed.get("compute_s")), seconds(summed.get("comm_s")))
+
+
+def rank_name(rank: Mapping[str, Any]) -> str:
+    return f"rank {rank['rank']}" if rank.get("rank") is not None else str(rank.get("label") or "?")
+
+
+def contrast_lines(rank: Mapping[str, Any]) -> list[str]:
+    """The summed view against the timeline view (field guide, lesson 8), in numbers."""
+    steps = rank.get("steps")
+    b = steps["total"] if steps else rank["whole_run"]
+    where = f"in {steps['count']} steps" if steps else "over the run"
+    name = rank_name(rank)
+    summed = b.get("summed") or {}
+    wall, comm_sum, compute_sum = b.get("wall_s") or 0.0, summed.get("comm_s") or 0.0, summed.get("compute_s") or 0.0
+    if not comm_sum:
+        return [f"{name}: no NCCL kernels {where}; GPU busy {percent(b.get('busy_s'), wall)} of the wall time."]
+    lines = [f"{name}: NCCL kernels Σ {seconds(comm_sum)} {where}; on the timeline {seconds(b.get('comm_s'))}, "
+             f"of which {seconds(b.get('hidden_comm_s'))} hidden under compute and "
+             f"{seconds(b.get('exposed_comm_s'))} exposed = {percent(b.get('exposed_comm_s'), wall)} "
+             "of the wall time."]
+    if compute_sum + comm_sum > wall * (1 + 1e-9):
+        lines.append(f"{name}: Σ compute + Σ comm = {seconds(compute_sum + comm_sum)} exceeds the wall time "
+                     f"{seconds(wall)}: summed kernel time double-counts the overlap.")
+    return lines
+
+
+def blocks(tl: Mapping[str, Any]) -> list[Block]:
+    """The section as paragraphs and tables, in reading order."""
+    result = tl.get("result")
+    if tl.get("status") != "analysed" or not isinstance(result, Mapping):
+        out: list[Block] = [Para(str(tl.get("note") or "No timeline numbers."))]
+        if isinstance(result, Mapping):
+            out += [Para(n, muted=True) for n in all_notes(result)]
+        return out
+    out = [Para(f"From the Score-P traces under {tl['path']} ({tl['experiments']} experiment folder(s), "
+                f"analysed in {tl['duration_s']:.1f} s). Times come from interval arithmetic on the "
+                f"timeline; `gpu-doctor timeline {tl['path']}` shows the same, `--steps` every step.")]
+    for run in result.get("runs", []):
+        out += _run_blocks(run)
+    if result.get("scaling"):
+        out.append(_scaling(result["scaling"]))
+    out += [Para(str(n), muted=True) for n in result.get("notes", [])]
+    if any(run.get("rank_timelines") for run in result.get("runs", [])):
+        out.append(Para(LEGEND, muted=True))
+    return out
+
+
+def _run_blocks(run: Mapping[str, Any]) -> list[Block]:
+    ranks, profiles = run.get("rank_timelines") or [], run.get("profiles") or []
+    source = {"trace": "traces (timeline)", "profile": f"profiles ({PROFILE_KIND})"}.get(run.get("source", ""),
+                                                                                     "nothing readable")
+    out: list[Block] = [Para(f"Run {run.get('label')}: {run.get('ranks')} rank(s), from {source}.")]
+    if ranks:
+        out.append(Table(f"Run {run.get('label')}: per rank, whole run (timeline)", ("Rank", "Streams",
+                         *BREAKDOWN_HEADERS),
+                         [(rank_name(r), str(len(r.get("gpu_locations") or [])), *breakdown_cells(r["whole_run"]))
+                          for r in ranks]))
+        if any(r.get("steps") for r in ranks):
+            rows = []
+            for r in ranks:
+                st = r.get("steps")
+                if not st:
+                    rows.append((rank_name(r), "0", "-", *["-"] * len(BREAKDOWN_HEADERS)))
+                    continue
+                rows.append((rank_name(r), str(st["count"]), seconds(st.get("median_wall_s")),
+                             *breakdown_cells(st["mean"])))
+            out.append(Table(f"Run {run.get('label')}: per step, per rank (mean over the steps; timeline)",
+                             ("Rank", "Steps", "Median step", *BREAKDOWN_HEADERS), rows))
+        out += [Para(line) for r in ranks for line in contrast_lines(r)]
+        out += [Para(f"{rank_name(r)}: {n}", muted=True) for r in ranks for n in r.get("notes") or []]
+    if profiles:
+        out.append(Table(f"Run {run.get('label')}: profile ({PROFILE_KIND})",
+                         ("Experiment", "Wall", "Σ compute", "Σ comm", "Σ copies", "Kernels", "NCCL kernels",
+                          "Steps", "Mean step"),
+                         [(str(p.get("label") or p.get("experiment")), seconds(p.get("wall_s")),
+                           seconds(p.get("compute_sum_s")), seconds(p.get("comm_sum_s")),
+                           seconds(p.get("other_sum_s")), str(p.get("compute_visits")), str(p.get("comm_visits")),
+                           str(p.get("step_count")),
+                           seconds(p["step_time_s"] / p["step_count"]) if p.get("step_count") else "-")
+                          for p in profiles]))
+        out.append(Para("These are sums from the Cube profile: they cannot show how much communication ran "
+                        "under compute. Trace the run (SCOREP_ENABLE_TRACING=true) for the hidden / exposed "
+                        "split.", muted=True))
+        out += [Para(f"{p.get('label')}: {n}", muted=True) for p in profiles for n in p.get("notes") or []]
+    out += [Para(str(n), muted=True) for n in run.get("notes") or []]
+    return out
+
+
+def _scaling(rows: Sequence[Mapping[str, Any]]) -> Table:
+    basis = rows[0].get("basis", "")
+
+    def share(row: Mapping[str, Any]) -> str:
+        value = row.get("exposed_comm_share")
+        return f"{100 * value:.1f} %" if isinstance(value, (int, float)) else "n/a (sums)"
+
+    return Table(f"Scaling across runs (time = {basis}; throughput = ranks / time, fixed batch per rank)",
+                 ("Run", "Ranks", "Time", "Throughput", "Speedup", "Efficiency", "Exposed comm"),
+                 [(str(r.get("run")), str(r.get("ranks")), seconds(r.get("time_s")), f"{r.get('throughput', 0):.3g}",
+                   f"{r.get('speedup', 0):.2f}x", f"{100 * r.get('efficiency', 0):.0f} %", share(r)) for r in rows])
+
+
+if __name__ == "__main__":
+    raise SystemExit(child(sys.argv[1:]))
