@@ -202,7 +202,7 @@ def ready_outcome(rt: Mapping[str, Any], nv: Any, facts: Facts) -> Outcome:
         earlier = sorted({short(a.get("code")) for a in rt["attempts"][:-1]})
         return warn(f"CUDA runtime ready after attempt {k} ({call}; earlier attempts: "
                     f"{', '.join(earlier)}; waited {seconds(rt['waited_s'])})", evidence,
-                    "node-cuda-warmup", data={"ready_attempt": k})
+                    ["cuda-warmup", "node-cuda-warmup"], data={"ready_attempt": k})
     if isinstance(nv, dict) and nv.get("driver_loaded"):
         want, why = visible_count(len(nv.get("gpus") or []), facts.case.env)
         if last.get("count") != want:
@@ -213,7 +213,7 @@ def ready_outcome(rt: Mapping[str, Any], nv: Any, facts: Facts) -> Outcome:
 
 
 @check("GPU003", NODE, "CUDA runtime API becomes ready", needs=["cuda_runtime"],
-       depends_on=["GPU001"], remedies=["node-cuda-warmup", "node-exclude"])
+       depends_on=["GPU001"], remedies=["cuda-warmup", "exclude-node", "node-cuda-warmup", "node-exclude"])
 def runtime_ready(facts: Facts) -> Outcome:
     """What it does:
     Calls `cudaGetDeviceCount` (the runtime API that PyTorch and Score-P's CUDA adapter
@@ -237,7 +237,9 @@ def runtime_ready(facts: Facts) -> Outcome:
     (`#SBATCH --exclude=<host>`) and report it to the admins.
 
     Fix safety:
-    manual here (the launcher's LNC002 remedy inserts the warm-up step).
+    safe with a job folder: `cuda-warmup` inserts the warm-up step before the instrumented
+    launch and `exclude-node` adds `#SBATCH --exclude=<host>` to the job script; manual
+    steps (`node-cuda-warmup`, `node-exclude`) otherwise.
     """
     rt = facts["cuda_runtime"]
     host = facts.case.host
@@ -250,12 +252,14 @@ def runtime_ready(facts: Facts) -> Outcome:
     if state == "hung":
         return timeout(f"hung in cuda_runtime probe on {host}: {call} did not return within "
                        f"{seconds(last.get('duration_s', 0))} (attempt {last.get('attempt')}, killed)",
-                       evidence, ["node-exclude"], entities={"host": host, "probe": "cuda_runtime"})
+                       evidence, ["exclude-node", "node-exclude"],
+                       entities={"host": host, "probe": "cuda_runtime"})
     what = describe(last.get("code"), last.get("api", "runtime"), last.get("name"))
     if state == "never_ready":
         return fail(f"CUDA runtime never ready within {seconds(rt['waited_s'])} on {host}: "
                     f"{len(rt['attempts'])} attempts, last {what}; exclude this node "
-                    f"(#SBATCH --exclude={host})", evidence, ["node-exclude", "node-fabric-manager"],
+                    f"(#SBATCH --exclude={host})", evidence,
+                    ["exclude-node", "node-exclude", "node-fabric-manager"],
                     entities={"host": host})
     rem = ["node-cuda-libs"] if last.get("code") in (34, 803, 804) else ["node-driver", "node-exclude"]
     return fail(f"{call} returned {what} on {host}", evidence, rem, entities={"host": host})

@@ -76,6 +76,14 @@ def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
               f"{f' for {case.root}' if case.root else ''}", file=sys.stderr)
     run = run_checks(case, check_ids, budget_s=args.timeout, on_event=_progress(args.quiet),
                      playbook=playbook.name, mode="check-only")
+    if case.root is not None and (case.root / ".gpu-doctor").is_dir():
+        # Which remedies `gpu-doctor fix` applied here, and whether they verified.
+        from doctor.remedy.journal import remedy_states
+
+        try:
+            run.extra["applied"] = remedy_states(case.root)
+        except (OSError, ValueError) as exc:
+            print(f"gpu-doctor: note: cannot read the fix journal: {exc}", file=sys.stderr)
     doc = run_json(run, args.fail_on, argv)
     if args.json_file:
         try:

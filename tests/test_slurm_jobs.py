@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from launch_util import fake_scorep_env
-from slurm_cluster import LocalSlurm
+from slurm_cluster import LocalSlurm, free_port
 from slurm_util import DDP_JOB, PYTHON, TORCHRUN, job_env, local_slurm, write_exec
 
 from doctor.case import Case
@@ -40,11 +40,12 @@ def test_launch_in_a_two_node_allocation_runs_one_instrumented_srun_task_per_ran
         slurm: LocalSlurm, tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(DDP_JOB)
     run_dir = tmp_path / "run"
+    port = free_port()   # not the default derived from the job id: test clusters all start at job 1
     script = write_exec(tmp_path / "launch.sbatch", f"""#!/bin/sh
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 exec {PYTHON} -m doctor launch --plain --instrument scorep --scorep-flags=--thread=pthread \\
-    --run-dir {run_dir} -- job.py --steps 2
+    --master-port {port} --run-dir {run_dir} -- job.py --steps 2
 """)
     env = job_env(fake_scorep_env(tmp_path, job_env()))
     job = slurm.sbatch(script, f"--output={tmp_path}/slurm-%j.out", f"--chdir={tmp_path}", env=env)
@@ -61,7 +62,7 @@ exec {PYTHON} -m doctor launch --plain --instrument scorep --scorep-flags=--thre
     assert "--nodes=2" in step["argv"] and "--ntasks-per-node=1" in step["argv"]
     for rank, node in ((0, first), (1, second)):
         log = (run_dir / f"rank_{rank}.log").read_text()
-        assert re.search(rf"^rank {rank} of 2 on node {node} procid {rank} local 0 master {first}:\d+$",
+        assert re.search(rf"^rank {rank} of 2 on node {node} procid {rank} local 0 master {first}:{port}$",
                          log, re.M), log
         assert "all_reduce 3" in log and f"rank {rank} done" in log
         assert f"fake scorep: measuring job.py into scorep_rank_{rank}" in log

@@ -185,5 +185,6 @@ def _timeline(tl: Mapping[str, Any]) -> list[str]:
         if isinstance(block, timeline.Table):
             out += [f"**{cell(block.caption)}**", ""] + table(block.headers, block.rows)
         else:
-            out += [f"*{block.text}*" if block.muted else block.text, ""]
+            text = block.text.replace("*", "\\*")
+            out += [f"*{text}*" if block.muted else text, ""]
     return out

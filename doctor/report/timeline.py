@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +72,7 @@ def _fill(out: dict[str, Any], root: Path, budget_s: float) -> None:
             "No Score-P traces or profiles in the job folder (no traces.otf2 or profile.cubex): an "
             "instrumented launch (`gpu-doctor launch`) leaves them in scorep_rank_N/."))
         return
+    budget_s = max(0.0, budget_s)
     if budget_s < MIN_BUDGET_S:
         out.update(status="skipped", note=(
             f"Skipped: {budget_s:.1f} s left of the run's time budget (--timeout) for "
@@ -80,8 +80,7 @@ def _fill(out: dict[str, Any], root: Path, budget_s: float) -> None:
         return
     from doctor.isolate import run_isolated
 
-    argv = [sys.executable, "-m", "doctor.report.timeline", str(root), str(KEEP_STEPS)]
-    res = run_isolated(argv, timeout=budget_s, env=child_env())
+    res = run_isolated(child_argv(root), timeout=budget_s, env=child_env())
     out["duration_s"] = round(res.duration_s, 3)
     if res.timed_out:
         out.update(status="timeout", note=(
@@ -107,6 +106,11 @@ def _fill(out: dict[str, Any], root: Path, budget_s: float) -> None:
     else:
         why = next(iter(all_notes(result)), "no reason given")
         out.update(status="unreadable", note=f"No trace or profile could be read: {why}")
+
+
+def child_argv(root: Path) -> list[str]:
+    """The analysis runs in this Python, in a child process that can be killed at the budget."""
+    return [sys.executable, "-m", "doctor.report.timeline", str(root), str(KEEP_STEPS)]
 
 
 def child_env() -> dict[str, str]:
@@ -195,16 +199,17 @@ def contrast_lines(rank: Mapping[str, Any]) -> list[str]:
     where = f"in {steps['count']} steps" if steps else "over the run"
     name = rank_name(rank)
     summed = b.get("summed") or {}
-    wall, comm_sum, compute_sum = b.get("wall_s") or 0.0, summed.get("comm_s") or 0.0, summed.get("compute_s") or 0.0
+    wall = b.get("wall_s") or 0.0
+    comm_sum, compute_sum = summed.get("comm_s") or 0.0, summed.get("compute_s") or 0.0
     if not comm_sum:
         return [f"{name}: no NCCL kernels {where}; GPU busy {percent(b.get('busy_s'), wall)} of the wall time."]
-    lines = [f"{name}: NCCL kernels Σ {seconds(comm_sum)} {where}; on the timeline {seconds(b.get('comm_s'))}, "
-             f"of which {seconds(b.get('hidden_comm_s'))} hidden under compute and "
-             f"{seconds(b.get('exposed_comm_s'))} exposed = {percent(b.get('exposed_comm_s'), wall)} "
+    lines = [f"{name}: NCCL kernels Σ {seconds(comm_sum)} {where}; on the timeline "
+             f"{seconds(b.get('comm_s'))}, of which {seconds(b.get('hidden_comm_s'))} hidden under compute "
+             f"and {seconds(b.get('exposed_comm_s'))} exposed = {percent(b.get('exposed_comm_s'), wall)} "
              "of the wall time."]
     if compute_sum + comm_sum > wall * (1 + 1e-9):
-        lines.append(f"{name}: Σ compute + Σ comm = {seconds(compute_sum + comm_sum)} exceeds the wall time "
-                     f"{seconds(wall)}: summed kernel time double-counts the overlap.")
+        lines.append(f"{name}: Σ compute + Σ comm = {seconds(compute_sum + comm_sum)} exceeds the wall "
+                     f"time {seconds(wall)}: summed kernel time double-counts the overlap.")
     return lines
 
 
@@ -216,52 +221,39 @@ def blocks(tl: Mapping[str, Any]) -> list[Block]:
         if isinstance(result, Mapping):
             out += [Para(n, muted=True) for n in all_notes(result)]
         return out
-    out = [Para(f"From the Score-P traces under {tl['path']} ({tl['experiments']} experiment folder(s), "
-                f"analysed in {tl['duration_s']:.1f} s). Times come from interval arithmetic on the "
-                f"timeline; `gpu-doctor timeline {tl['path']}` shows the same, `--steps` every step.")]
-    for run in result.get("runs", []):
+    runs = result.get("runs", [])
+    out = [Para(f"From the Score-P experiment folders under {tl['path']} ({tl['experiments']} with a trace "
+                f"or profile, analysed in {tl['duration_s']:.1f} s). `gpu-doctor timeline {tl['path']}` "
+                "shows the same; `--steps` lists every step.")]
+    for run in runs:
         out += _run_blocks(run)
     if result.get("scaling"):
         out.append(_scaling(result["scaling"]))
     out += [Para(str(n), muted=True) for n in result.get("notes", [])]
-    if any(run.get("rank_timelines") for run in result.get("runs", [])):
+    if any(run.get("rank_timelines") for run in runs):
         out.append(Para(LEGEND, muted=True))
     return out
 
 
 def _run_blocks(run: Mapping[str, Any]) -> list[Block]:
+    label = run.get("label")
     ranks, profiles = run.get("rank_timelines") or [], run.get("profiles") or []
-    source = {"trace": "traces (timeline)", "profile": f"profiles ({PROFILE_KIND})"}.get(run.get("source", ""),
-                                                                                     "nothing readable")
-    out: list[Block] = [Para(f"Run {run.get('label')}: {run.get('ranks')} rank(s), from {source}.")]
+    source = {"trace": "traces (timeline)", "profile": f"profiles ({PROFILE_KIND})"}
+    out: list[Block] = [Para(f"Run {label}: {run.get('ranks')} rank(s), from "
+                             f"{source.get(run.get('source', ''), 'nothing readable')}.")]
     if ranks:
-        out.append(Table(f"Run {run.get('label')}: per rank, whole run (timeline)", ("Rank", "Streams",
-                         *BREAKDOWN_HEADERS),
+        out.append(Table(f"Run {label}: per rank, whole run (timeline)", ("Rank", "Streams", *BREAKDOWN_HEADERS),
                          [(rank_name(r), str(len(r.get("gpu_locations") or [])), *breakdown_cells(r["whole_run"]))
                           for r in ranks]))
         if any(r.get("steps") for r in ranks):
-            rows = []
-            for r in ranks:
-                st = r.get("steps")
-                if not st:
-                    rows.append((rank_name(r), "0", "-", *["-"] * len(BREAKDOWN_HEADERS)))
-                    continue
-                rows.append((rank_name(r), str(st["count"]), seconds(st.get("median_wall_s")),
-                             *breakdown_cells(st["mean"])))
-            out.append(Table(f"Run {run.get('label')}: per step, per rank (mean over the steps; timeline)",
-                             ("Rank", "Steps", "Median step", *BREAKDOWN_HEADERS), rows))
+            out.append(Table(f"Run {label}: per step, per rank (mean over the steps; timeline)",
+                             ("Rank", "Steps", "Median step", *BREAKDOWN_HEADERS), [_step_row(r) for r in ranks]))
         out += [Para(line) for r in ranks for line in contrast_lines(r)]
         out += [Para(f"{rank_name(r)}: {n}", muted=True) for r in ranks for n in r.get("notes") or []]
     if profiles:
-        out.append(Table(f"Run {run.get('label')}: profile ({PROFILE_KIND})",
+        out.append(Table(f"Run {label}: profile ({PROFILE_KIND})",
                          ("Experiment", "Wall", "Σ compute", "Σ comm", "Σ copies", "Kernels", "NCCL kernels",
-                          "Steps", "Mean step"),
-                         [(str(p.get("label") or p.get("experiment")), seconds(p.get("wall_s")),
-                           seconds(p.get("compute_sum_s")), seconds(p.get("comm_sum_s")),
-                           seconds(p.get("other_sum_s")), str(p.get("compute_visits")), str(p.get("comm_visits")),
-                           str(p.get("step_count")),
-                           seconds(p["step_time_s"] / p["step_count"]) if p.get("step_count") else "-")
-                          for p in profiles]))
+                          "Steps", "Mean step"), [_profile_row(p) for p in profiles]))
         out.append(Para("These are sums from the Cube profile: they cannot show how much communication ran "
                         "under compute. Trace the run (SCOREP_ENABLE_TRACING=true) for the hidden / exposed "
                         "split.", muted=True))
@@ -270,17 +262,32 @@ def _run_blocks(run: Mapping[str, Any]) -> list[Block]:
     return out
 
 
-def _scaling(rows: Sequence[Mapping[str, Any]]) -> Table:
-    basis = rows[0].get("basis", "")
+def _step_row(rank: Mapping[str, Any]) -> tuple[str, ...]:
+    steps = rank.get("steps")
+    if not steps:
+        return (rank_name(rank), "0", "-", *["-"] * len(BREAKDOWN_HEADERS))
+    return (rank_name(rank), str(steps["count"]), seconds(steps.get("median_wall_s")),
+            *breakdown_cells(steps["mean"]))
 
+
+def _profile_row(p: Mapping[str, Any]) -> tuple[str, ...]:
+    count = p.get("step_count") or 0
+    return (str(p.get("label") or p.get("experiment")), seconds(p.get("wall_s")), seconds(p.get("compute_sum_s")),
+            seconds(p.get("comm_sum_s")), seconds(p.get("other_sum_s")), str(p.get("compute_visits")),
+            str(p.get("comm_visits")), str(count), seconds(p["step_time_s"] / count) if count else "-")
+
+
+def _scaling(rows: Sequence[Mapping[str, Any]]) -> Table:
     def share(row: Mapping[str, Any]) -> str:
         value = row.get("exposed_comm_share")
         return f"{100 * value:.1f} %" if isinstance(value, (int, float)) else "n/a (sums)"
 
-    return Table(f"Scaling across runs (time = {basis}; throughput = ranks / time, fixed batch per rank)",
+    return Table(f"Scaling across runs (time = {rows[0].get('basis', '')}; throughput = ranks / time, "
+                 "fixed batch per rank)",
                  ("Run", "Ranks", "Time", "Throughput", "Speedup", "Efficiency", "Exposed comm"),
-                 [(str(r.get("run")), str(r.get("ranks")), seconds(r.get("time_s")), f"{r.get('throughput', 0):.3g}",
-                   f"{r.get('speedup', 0):.2f}x", f"{100 * r.get('efficiency', 0):.0f} %", share(r)) for r in rows])
+                 [(str(r.get("run")), str(r.get("ranks")), seconds(r.get("time_s")),
+                   f"{r.get('throughput', 0):.3g}", f"{r.get('speedup', 0):.2f}x",
+                   f"{100 * r.get('efficiency', 0):.0f} %", share(r)) for r in rows])
 
 
 if __name__ == "__main__":
