@@ -73,6 +73,19 @@ def _remedy_json(rid: str, applied: dict[str, Any]) -> dict[str, Any]:
             "applied": bool(state.get("applied", False)), "verified": state.get("verified")}
 
 
+def remedy_ids(r: CheckResult, applied: dict[str, Any]) -> list[str]:
+    """The remedies the findings name, plus the check's own remedies already applied here.
+
+    A check that passes because `gpu-doctor fix` applied its remedy still shows that
+    remedy, with `applied` and `verified`.
+    """
+    ids = list(r.remedies)
+    if applied:
+        chk = registry.CHECKS.get(r.check_id)
+        ids += [rid for rid in (chk.remedies if chk else ()) if rid in applied and rid not in ids]
+    return ids
+
+
 def check_json(r: CheckResult, applied: dict[str, Any] | None = None) -> dict[str, Any]:
     applied = applied or {}
     return {
@@ -84,7 +97,7 @@ def check_json(r: CheckResult, applied: dict[str, Any] | None = None) -> dict[st
         "duration_ms": round(r.duration_ms, 1),
         "evidence": [e.to_json() for e in r.evidence],
         "entities": [dict(e) for e in r.entities],
-        "remedies": [_remedy_json(rid, applied) for rid in r.remedies],
+        "remedies": [_remedy_json(rid, applied) for rid in remedy_ids(r, applied)],
         "findings": [
             {"status": f.status.value, "message": f.message,
              "evidence": [e.to_json() for e in f.evidence],

@@ -247,7 +247,7 @@ def test_spent_budget_skips_the_analysis_with_a_note(tmp_path: Path) -> None:
 
 def test_analysis_past_the_budget_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = write_job(tmp_path / "job")
-    # A stand-in for an analysis that would outlast the budget: it waits on stdin, which never ends.
+    # A stand-in for an analysis that would outlast the budget: select() on nothing blocks for ever.
     monkeypatch.setattr(report_timeline, "child_argv",
                         lambda root: [sys.executable, "-c", "import select, sys; select.select([], [], [])"])
     tl = report_timeline.section(root, budget_s=report_timeline.MIN_BUDGET_S)

@@ -84,7 +84,7 @@ def _fill(out: dict[str, Any], root: Path, budget_s: float) -> None:
     out["duration_s"] = round(res.duration_s, 3)
     if res.timed_out:
         out.update(status="timeout", note=(
-            f"Stopped after {res.duration_s:.1f} s, the run's remaining time budget, while reading "
+            f"Stopped after {budget_s:.1f} s, the run's remaining time budget, while reading "
             f"{len(experiments)} experiment folder(s); run `gpu-doctor timeline {root}` for the numbers, "
             "or raise --timeout."))
         return

@@ -1,0 +1,63 @@
+"""The whole workflow through the real CLI, as a user runs it on the bundled example:
+check -> fix --apply -> check again (remedies applied and verified) -> undo -> as before.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "scorep-ddp-broken"
+
+
+def gpu_doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "doctor", *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and ".gpu-doctor" not in p.parts}
+
+
+def remedy_state(doc: dict, check_id: str, remedy_id: str) -> dict:
+    check = next(c for c in doc["checks"] if c["id"] == check_id)
+    return next(r for r in check["remedies"] if r["id"] == remedy_id)
+
+
+@pytest.mark.slow
+def test_check_fix_recheck_undo_on_the_bundled_example(tmp_path: Path, fake_node) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(EXAMPLE, job)
+    before = snapshot(job)
+    env = fake_node("healthy")
+
+    first = gpu_doctor("--check-only", "--playbook", "scorep-ddp", "--json", str(job), env=env)
+    assert first.returncode == 1, first.stderr
+    doc = json.loads(first.stdout)
+    assert remedy_state(doc, "SCP003", "scorep-total-memory")["applied"] is False
+
+    fixed = gpu_doctor("fix", str(job), "--apply", "--unsafe", env=env)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "scorep-total-memory: verified" in fixed.stdout
+
+    second = gpu_doctor("--check-only", "--playbook", "scorep-ddp", "--json", str(job), env=env)
+    doc = json.loads(second.stdout)
+    statuses = {c["id"]: c["status"] for c in doc["checks"]}
+    for cid in ("SCP002", "SCP003", "SCP005", "LNC001", "LNC002", "SCR001", "SCR002", "SCR003", "TRN001"):
+        assert statuses[cid] in ("pass", "skip"), (cid, statuses[cid])
+    assert remedy_state(doc, "SCP003", "scorep-total-memory") | {"title": ""} == {
+        "id": "scorep-total-memory", "safety": "safe", "title": "", "applied": True, "verified": True}
+    applied = [r for c in doc["checks"] for r in c["remedies"] if r["applied"]]
+    assert len(applied) >= 5
+    assert all(r["verified"] is not False for r in applied)
+
+    undone = gpu_doctor("undo", str(job), "--all")
+    assert undone.returncode == 0, undone.stderr
+    assert snapshot(job) == before
