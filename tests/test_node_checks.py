@@ -121,7 +121,7 @@ def test_never_ready_names_host_budget_and_exclusion():
     assert out["status"] == "fail"
     assert out["message"].startswith("CUDA runtime never ready within 12 s on node07: 6 attempts, last 802")
     assert "#SBATCH --exclude=node07" in out["message"]
-    assert out["remedies"][0] == "node-exclude"
+    assert out["remedies"][:2] == ("exclude-node", "node-exclude")
     assert "attempt 6: 802 cudaErrorSystemNotReady" in out["evidence"][5]
 
 
@@ -139,7 +139,7 @@ def test_ready_after_k_reports_the_earlier_codes():
     assert out["status"] == "warn"
     assert out["message"].startswith("CUDA runtime ready after attempt 3 (cudaGetDeviceCount; earlier "
                                      "attempts: 802 system not ready, 999 unknown error;")
-    assert out["remedies"] == ("node-cuda-warmup",)
+    assert out["remedies"] == ("cuda-warmup", "node-cuda-warmup")
 
 
 def test_runtime_count_below_visible_devices_warns():

@@ -18,7 +18,7 @@ import pytest
 from report_util import NO_NODE, bundle_files, empty_playbook, report_validator
 from timeline_tracegen import comm, compute, write_rank_trace
 
-from doctor.report import cli
+from doctor.report import cli, render_md
 from doctor.report import timeline as report_timeline
 
 MS = 1000  # ticks per second: times below are milliseconds
@@ -70,6 +70,14 @@ def report(root: Path | None, target: Path, *extra: str) -> int:
     playbook = empty_playbook(target.parent)
     argv = [*([str(root)] if root else []), "-o", str(target), "--playbook", str(playbook), "-q", *extra]
     return cli.run_report(argv, preset_facts=NO_NODE)
+
+
+def json_report(root: Path | None, tmp_path: Path) -> dict[str, Any]:
+    """The JSON report of ROOT, validated against the schema (the renderers see the same document)."""
+    assert report(root, tmp_path / "r.json") == 0
+    doc: dict[str, Any] = json.loads((tmp_path / "r.json").read_text())
+    report_validator().validate(doc)
+    return doc
 
 
 def md_row(*cells: str) -> str:
@@ -163,13 +171,11 @@ def test_scaling_table_across_runs_in_the_job_folder(tmp_path: Path) -> None:
     for rank in range(2):  # 1100 ms steps: 1000 ms compute, AllReduce 500-1100 (100 ms exposed)
         write_rank(root / "run_2gpu" / f"scorep_rank_{rank}", rank, step=1100,
                    per_step=[("compute", 7, 0, 1000), ("comm", 20, 500, 1100)])
-    assert report(root, tmp_path / "r.md") == 0
-    md = (tmp_path / "r.md").read_text()
+    doc = json_report(root, tmp_path)
+    md = render_md.render(doc)
     assert "**Scaling across runs (time = median step;" in md
     assert md_row("run_1gpu", "1", "1.000 s", "1", "1.00x", "100 %", "0.0 %") in md
     assert md_row("run_2gpu", "2", "1.100 s", "1.82", "1.82x", "91 %", "9.1 %") in md
-    assert report(root, tmp_path / "r.json") == 0
-    report_validator().validate(json.loads((tmp_path / "r.json").read_text()))
 
 
 def test_profile_only_experiment_is_labelled_as_sums(tmp_path: Path) -> None:
@@ -177,16 +183,13 @@ def test_profile_only_experiment_is_labelled_as_sums(tmp_path: Path) -> None:
         pytest.skip(f"real Score-P output {LULESH} is absent (see ../shared/fixtures/scorep/PROVENANCE.md)")
     root = tmp_path / "job"
     shutil.copytree(LULESH, root / "scorep_rank_0")
-    assert report(root, tmp_path / "r.md") == 0
-    md = (tmp_path / "r.md").read_text()
+    doc = json_report(root, tmp_path)
+    assert doc["timeline"]["result"]["runs"][0]["profiles"][0]["kind"] == "sums, no overlap information"
+    md = render_md.render(doc)
     assert "from profiles (sums, no overlap information)" in md
     assert "**Run job: profile (sums, no overlap information)**" in md
     assert "they cannot show how much communication ran under compute" in md
     assert "Hidden comm" not in md  # no timeline table pretends to know the overlap
-    assert report(root, tmp_path / "r.json") == 0
-    doc = json.loads((tmp_path / "r.json").read_text())
-    report_validator().validate(doc)
-    assert doc["timeline"]["result"]["runs"][0]["profiles"][0]["kind"] == "sums, no overlap information"
 
 
 def test_job_folder_without_traces_says_so(tmp_path: Path) -> None:

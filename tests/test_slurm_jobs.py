@@ -73,6 +73,31 @@ exec {PYTHON} -m doctor launch --plain --instrument scorep --scorep-flags=--thre
     assert "all 2 ranks finished with exit code 0" in out
 
 
+@pytest.mark.xfail(strict=True, reason="launcher: inside a one-node allocation `gpu-doctor launch` starts "
+                   "its ranks itself, and takes --nproc from SLURM_NTASKS_PER_NODE only (1 rank for "
+                   "`sbatch -n 2`), instead of one srun task per allocated task")
+def test_launch_in_a_one_node_two_task_allocation_runs_one_srun_task_per_task(
+        slurm: LocalSlurm, tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(DDP_JOB)
+    run_dir = tmp_path / "run"
+    script = write_exec(tmp_path / "launch.sbatch", f"""#!/bin/sh
+#SBATCH --ntasks=2
+#SBATCH --nodelist={slurm.host}
+exec {PYTHON} -m doctor launch --plain --no-warmup --master-port {free_port()} --run-dir {run_dir} \\
+    -- job.py --steps 1
+""")
+    job = slurm.sbatch(script, f"--output={tmp_path}/slurm-%j.out", f"--chdir={tmp_path}", env=job_env())
+
+    state = slurm.wait_job(job, timeout=180)
+    out = (tmp_path / f"slurm-{job}.out").read_text()
+    assert state == "COMPLETED", out
+    [step] = json.loads((run_dir / "launch.json").read_text())["processes"]
+    assert Path(step["argv"][0]).name == "srun" and step["ranks"] == [0, 1], step
+    for rank in (0, 1):
+        log = (run_dir / f"rank_{rank}.log").read_text()
+        assert f"rank {rank} of 2 on node {slurm.host} procid {rank} local {rank}" in log
+
+
 # The field guide's job: torchrun wrapped in `python -m scorep` (LNC001) on a node whose
 # CUDA runtime GPU003 found broken for good (LNC003).
 BROKEN_SBATCH = f"""#!/bin/bash
