@@ -183,7 +183,8 @@ def test_markdown_reads_well_in_a_terminal(planted: dict[str, Any]) -> None:
     headings = [ln for ln in text.splitlines() if ln.startswith("## ")]
     assert headings == ["## Summary", "## System", "## Versions", "## Score-P configuration", "## GPUs",
                         "## Topology and P2P", "## Slurm job", "## Environment", "## Findings",
-                        "## Remedies applied", "## Last launch", "## Log excerpts", "## Redaction"]
+                        "## Remedies applied", "## Last launch", "## Where the time goes", "## Log excerpts",
+                        "## Redaction"]
     assert text.startswith("# gpu-doctor report: ")
     assert "### TST901 FAIL: Planted secrets (test)" in text
     assert "Last lines of rank 1, the first to fail:" in text and "FP16 Mixed precision" in text

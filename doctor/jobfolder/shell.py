@@ -33,7 +33,7 @@ from doctor.jobfolder.model import (
 )
 from doctor.jobfolder.reading import Source, inside
 from doctor.jobfolder.shellprep import Prepared, prepare
-from doctor.jobfolder.words import RANK_VARS, Expanded, skip_dq, expand, match_close, try_arith
+from doctor.jobfolder.words import RANK_VARS, Expanded, expand, match_close, skip_dq, try_arith
 
 MAX_DEPTH = 8
 MAX_CHUNK_LINES = 40

@@ -171,12 +171,15 @@ class DoctorApp(App[int]):
         self.checks_running = True
         try:
             run = run_checks(self.case, self.playbook_checks(), budget_s=self.options.budget_s,
-                             on_event=lambda ev: self.post_message(CheckUpdate(ev)),
+                             on_event=self._post_check_event,
                              playbook=self.options.playbook, mode="interactive")
         finally:
             self.checks_running = False
         self.post_message(ChecksDone(run))
         return run
+
+    def _post_check_event(self, event: Event) -> None:
+        self.post_message(CheckUpdate(event))  # post_message is thread-safe
 
     @on(CheckUpdate)
     def show_check(self, message: CheckUpdate) -> None:

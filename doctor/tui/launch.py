@@ -11,8 +11,8 @@ import asyncio
 import shlex
 import time
 from collections import deque
-from pathlib import Path
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -22,7 +22,17 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import (
-    Button, Checkbox, DataTable, Footer, Header, Input, Label, Log, Select, Sparkline, Static,
+    Button,
+    Checkbox,
+    DataTable,
+    Footer,
+    Header,
+    Input,
+    Label,
+    Log,
+    Select,
+    Sparkline,
+    Static,
 )
 
 from doctor.case import Case
