@@ -2,16 +2,15 @@
 
     prolog = PrologSetup(tmp / "prolog").install()    # wrapper + root-owned conf + gpu-doctor shim
     prolog.configure("permanent_802")                  # the next Prolog sees a node whose runtime says 802
-    with LocalSlurm(tmp / "slurm", prolog=prolog.wrapper, gpus=4) as slurm: ...
+    with local_slurm(tmp / "slurm", prolog=prolog.wrapper, gpus=4) as slurm: ...   # skips if it can't
 
 Slurm runs the Prolog with no PATH and an environment of its own (nothing of
 slurmd's), so the settings reach `doctor/slurm/prolog.sh` the way an admin's
-do: through its conf file, here a test copy named by a two-line wrapper
-(`GPU_DOCTOR_PROLOG_CONF`) instead of /etc/gpu-doctor/prolog.conf. The wrapper
-also writes how long each Prolog took. The conf
-exports the fake node's variables (`LD_LIBRARY_PATH`, `FAKE_*`) so the gate
-loads the fake NVIDIA libraries; rewriting it switches the node's scenario
-for the next job.
+do: through its conf file, here a test copy named by a small wrapper
+(`GPU_DOCTOR_PROLOG_CONF`) instead of /etc/gpu-doctor/prolog.conf; the wrapper
+also records how long each Prolog took (`PrologSetup.runs`). The conf exports
+the fake node's variables (`LD_LIBRARY_PATH`, `FAKE_*`) so the gate loads the
+fake NVIDIA libraries; rewriting it switches the node's scenario for the next job.
 """
 
 from __future__ import annotations
