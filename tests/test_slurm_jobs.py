@@ -73,9 +73,6 @@ exec {PYTHON} -m doctor launch --plain --instrument scorep --scorep-flags=--thre
     assert "all 2 ranks finished with exit code 0" in out
 
 
-@pytest.mark.xfail(strict=True, reason="launcher: inside a one-node allocation `gpu-doctor launch` starts "
-                   "its ranks itself, and takes --nproc from SLURM_NTASKS_PER_NODE only (1 rank for "
-                   "`sbatch -n 2`), instead of one srun task per allocated task")
 def test_launch_in_a_one_node_two_task_allocation_runs_one_srun_task_per_task(
         slurm: LocalSlurm, tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(DDP_JOB)

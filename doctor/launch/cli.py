@@ -61,6 +61,8 @@ def build_parser() -> Parser:
         usage="gpu-doctor launch [options] -- script.py [args...]")
     p.add_argument("--nproc", type=positive_int, metavar="N",
                    help="ranks per node (default: the GPUs Slurm or CUDA_VISIBLE_DEVICES give, else 1)")
+    p.add_argument("--local", action="store_true",
+                   help="inside a Slurm allocation, start the ranks here instead of one srun task per rank")
     p.add_argument("--nnodes", type=positive_int, metavar="N",
                    help="nodes (more than 1 needs a Slurm allocation; default: the allocation's nodes)")
     p.add_argument("--instrument", choices=("scorep", "none"), default="none",
@@ -122,11 +124,22 @@ def scorep_flags(text: str) -> tuple[str, ...]:
 
 
 def default_nproc(env: dict[str, str]) -> int:
-    for name in ("SLURM_NTASKS_PER_NODE",):
-        value = env.get(name, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
+    """Ranks on this node: Slurm's tasks on this node, else the GPUs the job was given, else 1."""
+    from doctor.launch.srun_task import tasks_on_node
+
+    node = env.get("SLURM_NODEID", "0")
+    tasks = tasks_on_node(env.get("SLURM_TASKS_PER_NODE", ""), int(node) if node.isdigit() else 0)
+    if tasks:
+        return tasks
+    value = env.get("SLURM_NTASKS_PER_NODE", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
     return Case(env=env).gpus_expected or 1
+
+
+def inside_step(env: dict[str, str]) -> bool:
+    """Already inside an srun task (not the batch script): its ranks must not srun again."""
+    return env.get("SLURM_STEP_ID", "") not in ("", "batch", "extern", "4294967294", "4294967295")
 
 
 def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]) -> LaunchSpec:
@@ -162,7 +175,9 @@ def nodes(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, tuple[str
     """(nodes, hosts for srun or ()): one node runs locally; more need a Slurm allocation."""
     alloc_nodes = slurm.allocation_nodes(env)
     wanted = args.nnodes or (alloc_nodes if alloc_nodes > 1 else 1)
-    if wanted == 1:
+    tasks = env.get("SLURM_NTASKS", "")
+    several_tasks = tasks.isdigit() and int(tasks) > 1 and alloc_nodes >= 1 and not inside_step(env)
+    if wanted == 1 and (args.local or not several_tasks):
         return 1, ()
     if alloc_nodes == 0:
         raise UsageError(f"--nnodes {wanted}: more than one node needs a Slurm allocation "
