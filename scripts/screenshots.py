@@ -35,6 +35,7 @@ for step in range(1, 51):
     t = torch.ones(4) * rank
     dist.all_reduce(t)
     print(f"{{'loss': {2.0 / step:.4f}, 'epoch': {step / 50:.2f}}}  step {step}/50", flush=True)
+dist.barrier()
 dist.destroy_process_group()
 """
 

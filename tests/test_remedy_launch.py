@@ -55,6 +55,7 @@ for _ in range(args.steps):
 env = [os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")]
 with open(os.path.join(args.out, f"rank{rank}.txt"), "w") as fh:
     fh.write(" ".join(env + [str(dist.get_world_size())]))
+dist.barrier()  # torch 2.13 gloo can abort at exit when ranks tear down out of step
 dist.destroy_process_group()
 """
 

@@ -110,6 +110,7 @@ def main() -> None:
         print(f"done: {result.global_step} steps, mean loss {result.training_loss:.4f}", flush=True)
     # Tear NCCL down now, before the interpreter (and Score-P) shut down: no watchdog race.
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()  # every rank done before any tears down
         dist.destroy_process_group()
 
 
