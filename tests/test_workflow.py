@@ -61,3 +61,26 @@ def test_check_fix_recheck_undo_on_the_bundled_example(tmp_path: Path, fake_node
     undone = gpu_doctor("undo", str(job), "--all")
     assert undone.returncode == 0, undone.stderr
     assert snapshot(job) == before
+
+
+def test_bundled_playbooks_name_only_catalogue_checks_and_remedies() -> None:
+    from doctor import registry
+    from doctor.playbook import available, load_playbook
+
+    registry.load()
+    names = available()
+    assert {"prologue", "node", "scorep-ddp", "post-run", "p2p"} <= set(names)
+    for name in names:
+        pb = load_playbook(name)
+        assert pb.checks, name
+        assert not [r for r in pb.remedies if r not in registry.REMEDIES], name
+        referenced = {r for c in pb.checks for r in registry.CHECKS[c].remedies}
+        assert not [r for r in referenced if r not in registry.REMEDIES], (name, referenced)
+
+
+def test_prologue_reads_no_user_files() -> None:
+    from doctor.playbook import load_playbook
+
+    pb = load_playbook("prologue")
+    assert pb.reads_user_files is False
+    assert set(pb.checks) == {"GPU001", "GPU002", "GPU003", "GPU005", "P2P001"}
