@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -313,3 +314,69 @@ def test_launch_screen_time_breakdown_never_raises(tmp_path: Path) -> None:
     (tmp_path / "scorep_rank_0").mkdir()
     (tmp_path / "scorep_rank_0" / "traces.otf2").write_bytes(b"not a trace")
     assert "no time breakdown" in timeline_text(tmp_path) or "exposed" not in timeline_text(tmp_path)
+
+
+def test_sigterm_stops_the_ranks_and_exits_cleanly(ddp_job: Path) -> None:
+    env = {**os.environ, "STEPS": "10000", "SLOW": "1"}
+    app = make_app(Case(root=ddp_job, env=env), Options(playbook="post-run", budget_s=30,
+                                                        extra={"warmup": False}))
+    pids: list[int] = []
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        screen.query_one("#command", Input).value = "train.py"
+        screen.query_one("#nproc", Input).value = "2"
+        screen.build_spec = _with_env(screen.build_spec, env)  # type: ignore[method-assign]
+        await pilot.click("#start")
+        await until(pilot, lambda: screen.launcher is not None
+                    and all((s.step or 0) >= 1 for s in screen.launcher.statuses()), what="steps")
+        pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
+        os.kill(os.getpid(), signal.SIGTERM)  # the app's own handler: stop the ranks, then exit
+        await until(pilot, lambda: app.return_code is not None, what="the exit")
+
+    run_app(app, body)
+    assert app.return_value == 130
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_the_real_app_in_a_terminal_exits_on_sighup(job: Path) -> None:
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: gpu-doctor in a real (pseudo) terminal
+        os.execv(sys.executable, [sys.executable, "-m", "doctor", str(job), "--playbook", "post-run"])
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"gpu-doctor" not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                seen += os.read(fd, 65536)
+            except OSError:
+                break
+    assert b"gpu-doctor" in seen, seen[-500:]
+    os.kill(pid, signal.SIGHUP)
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                os.read(fd, 65536)
+            except OSError:
+                pass
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("the app did not exit on SIGHUP")
+    os.close(fd)
+    assert os.WIFEXITED(status), status
+    assert os.WEXITSTATUS(status) == 130

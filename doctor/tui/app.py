@@ -140,7 +140,7 @@ class DoctorApp(App[int]):
 
     async def shutdown_from_signal(self) -> None:
         await self.stop_ranks()
-        self.exit(130)
+        self.exit(130, return_code=130)
 
     async def stop_ranks(self) -> None:
         """Stop every running rank (overridden by the launch screen when active)."""
