@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -205,17 +205,7 @@ def test_stopping_a_run_leaves_no_rank_process(ddp_job: Path) -> None:
     pids: list[int] = []
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-        screen = app.screen
-        assert isinstance(screen, LaunchScreen)
-        screen.query_one("#command", Input).value = "train.py"
-        screen.query_one("#nproc", Input).value = "2"
-        screen.build_spec = _with_env(screen.build_spec, env)  # type: ignore[method-assign]
-        await pilot.click("#start")
-        await until(pilot, lambda: screen.launcher is not None
-                    and all((s.step or 0) >= 1 for s in screen.launcher.statuses()), what="steps")
+        screen = await start_long_run(pilot, app, env)
         pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
         await pilot.press("ctrl+c")  # inside Textual, ctrl+c is a key: it stops the ranks
         await until(pilot, lambda: screen.summary is not None, what="the stop")
@@ -225,6 +215,22 @@ def test_stopping_a_run_leaves_no_rank_process(ddp_job: Path) -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+async def start_long_run(pilot: Any, app: DoctorApp, env: dict[str, str]) -> LaunchScreen:
+    """Open the launch screen, start 2 ranks of train.py with `env`, wait until both step."""
+    await until(pilot, lambda: app.run_result is not None, what="the checks")
+    await pilot.press("l")
+    await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
+    screen = app.screen
+    assert isinstance(screen, LaunchScreen)
+    screen.query_one("#command", Input).value = "train.py"
+    screen.query_one("#nproc", Input).value = "2"
+    screen.build_spec = _with_env(screen.build_spec, env)  # type: ignore[method-assign]
+    await pilot.click("#start")
+    await until(pilot, lambda: screen.launcher is not None
+                and all((s.step or 0) >= 1 for s in screen.launcher.statuses()), what="steps")
+    return screen
 
 
 def _with_env(build: Callable[[], Any], env: dict[str, str]) -> Callable[[], Any]:
@@ -323,17 +329,7 @@ def test_sigterm_stops_the_ranks_and_exits_cleanly(ddp_job: Path) -> None:
     pids: list[int] = []
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-        screen = app.screen
-        assert isinstance(screen, LaunchScreen)
-        screen.query_one("#command", Input).value = "train.py"
-        screen.query_one("#nproc", Input).value = "2"
-        screen.build_spec = _with_env(screen.build_spec, env)  # type: ignore[method-assign]
-        await pilot.click("#start")
-        await until(pilot, lambda: screen.launcher is not None
-                    and all((s.step or 0) >= 1 for s in screen.launcher.statuses()), what="steps")
+        screen = await start_long_run(pilot, app, env)
         pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
         os.kill(os.getpid(), signal.SIGTERM)  # the app's own handler: stop the ranks, then exit
         await until(pilot, lambda: app.return_code is not None, what="the exit")
