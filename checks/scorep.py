@@ -380,6 +380,11 @@ def experiment_per_rank(facts: Facts) -> list[Outcome]:
     background_single: dict[int, list[Any]] = {}
     for cmd, launch in job.instrumented:
         multi, why = multi_rank(job, cmd, launch)
+        assert launch.scorep is not None
+        if launch.scorep.mpi:  # Score-P's MPI adapter writes one experiment for all ranks, by design
+            out.append(passed("Score-P measures the ranks as one MPI experiment (--mpi / --mpp=mpi)",
+                              ev(job, cmd.site, "launch")))
+            continue
         if not multi:
             if cmd.background and cmd.loop is None:
                 background_single.setdefault(cmd.flow, []).append(cmd)

@@ -95,6 +95,28 @@ def test_scorep_install_probe_finds_a_fake_scorep_on_the_job_path(tmp_path: Path
     assert value["python_bindings"] is True, value["notes"]
 
 
+def test_scorep_install_as_root_in_the_gate_runs_nothing_user_writable(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from doctor.case import Case
+    from doctor.facts import Facts, ProbeContext
+    from doctor.jobfolder.facts import scorep_install
+
+    if os.geteuid() != 0:
+        pytest.skip("the rule is for the gate running as root")
+    marker = tmp_path / "ran"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scorep-config").write_text(f"#!/bin/sh\ntouch {marker}\necho 'Score-P 8.1'\n")
+    (bin_dir / "scorep-config").chmod(0o755)
+    write_job(tmp_path / "job", {"run.sh": "python -m scorep --cuda train.py\n", "train.py": "pass\n"})
+    case = Case(root=tmp_path / "job", env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, gate=True)
+    value = scorep_install(ProbeContext(case, Facts(case, time.monotonic() + 30), time.monotonic() + 30, 15.0))
+    assert value["scorep_config"] == str(bin_dir / "scorep-config") and value["version"] is None
+    assert any("not run as root" in n for n in value["notes"]) and not marker.exists()
+
+
 # -- SCP002 -----------------------------------------------------------------
 
 @pytest.mark.parametrize("launch", [
@@ -596,3 +618,17 @@ def test_every_non_pass_outcome_has_evidence_and_a_remedy_or_reason(tmp_path: Pa
             assert o.evidence, (cid, o.message)
             if o.status in (Status.FAIL, Status.WARN) and cid != "TRN002":
                 assert o.remedies, (cid, o.message)
+
+
+def test_scp006_mpi_measurement_shares_one_experiment_by_design(tmp_path: Path) -> None:
+    for launch in ("srun -n 4 python -m scorep --mpi --cuda train.py\n",
+                   "mpirun -np 4 python -m scorep --mpp=mpi --cuda train.py\n"):
+        out = run_check("SCP006", job(tmp_path / str(len(launch)), launch))
+        assert worst(out) == Status.PASS and "MPI" in out[0].message
+
+
+def test_sbatch_export_sets_the_job_environment(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sbatch": "#!/bin/bash\n#SBATCH --export=ALL,SCOREP_TOTAL_MEMORY=4G\n"
+                                              "python -m scorep --cuda train.py\n", "train.py": TRAIN})
+    out = run_check("SCP003", root)
+    assert worst(out) == Status.FAIL and where(out) == [("job.sbatch", 2)]

@@ -251,19 +251,44 @@ def test_heredoc_python_snippet_is_analysed_with_shell_lines(tmp_path: Path) -> 
     assert sorted(site.line for s in snippets for site in s.cuda_ops) == [5, 9]
 
 
+def test_case_statements_are_walked_arm_by_arm(tmp_path: Path) -> None:
+    write_job(tmp_path, {"run.sh": """
+        while [[ $# -gt 0 ]]; do
+            case "$1" in
+                --steps) STEPS=$2; shift 2 ;;
+                -h|--help)
+                    echo "usage: run.sh [--steps N]"
+                    exit 0
+                    ;;
+                *) shift ;;
+            esac
+        done
+        case "${MODE:-trace}" in
+            trace) export SCOREP_TOTAL_MEMORY=2G
+                   python -m scorep --cuda train.py ;;
+            plain) python train.py ;;
+        esac
+        """})
+    job = job_of(tmp_path)
+    launches = [c for c in job.commands if c.launch is not None]
+    assert [(c.site.line, c.instrumented is not None) for c in launches] == [(13, True), (14, False)]
+    assert launches[0].env["SCOREP_TOTAL_MEMORY"].site.line == 12  # type: ignore[union-attr]
+    assert not [n for n in job.notes if n.kind == "unparsed"]
+
+
 def test_constructs_bashlex_cannot_read_are_noted_and_the_rest_is_read(tmp_path: Path) -> None:
     write_job(tmp_path, {"run.sh": """
         export SCOREP_TOTAL_MEMORY=2G
-        case "$1" in
-            fast) STEPS=10 ;;
-            *) STEPS=50 ;;
-        esac
+        select opt in fast slow; do
+            break
+        done
         python -m scorep --cuda train.py --max_steps 5
         """})
     job = job_of(tmp_path)
     cmd = only_launch(job)
-    assert cmd.env["SCOREP_TOTAL_MEMORY"].value == "2G" and cmd.site.line == 6
-    assert any(n.kind == "unparsed" and n.line == 2 for n in job.notes)
+    assert cmd.env["SCOREP_TOTAL_MEMORY"].value == "2G" and cmd.site.line == 5
+    notes = [n for n in job.notes if n.kind == "unparsed"]
+    assert [(n.line, n.text.split(" not")[0]) for n in notes] == [(2, "line 2"), (4, "line 4")]
 
 
 def test_prepare_keeps_every_position() -> None:
@@ -285,3 +310,15 @@ def test_word_expansion(raw: str, value: str, known: bool) -> None:
     env = {"HOME": EnvVar("HOME", "/home/u", "/home/u")}
     exp = expand(raw, env.get, home="/home/u")
     assert (exp.value, exp.known) == (value, known)
+
+
+@pytest.mark.parametrize("line", [
+    'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\npython3 "$HERE/src/train.py"',
+    'cd "$(dirname "$0")"\npython3 src/train.py',
+    'cd "${SLURM_SUBMIT_DIR}"\npython3 ./src/train.py',
+    'python3 "$PWD/src/train.py"',
+])
+def test_script_folder_idioms_resolve_to_the_job_folder(tmp_path: Path, line: str) -> None:
+    write_job(tmp_path, {"run.sh": line + "\n", "src/train.py": "pass\n"})
+    launch = only_launch(job_of(tmp_path)).launch
+    assert launch is not None and launch.training_script == str(tmp_path / "src" / "train.py")

@@ -25,6 +25,7 @@ from doctor.jobfolder.model import (
     Launch,
     Note,
     PyScript,
+    SbatchOption,
     ShellFile,
     Site,
     TrainerArgs,
@@ -175,6 +176,9 @@ class JobBuilder:
     def build(self) -> Job:
         base_env = {k: EnvVar(k, v, v) for k, v in self.case.env.items()}
         root = self.root
+        if root is not None:  # the job starts in its folder, which is where it was submitted from
+            base_env["PWD"] = EnvVar("PWD", root, root)
+            base_env.setdefault("SLURM_SUBMIT_DIR", EnvVar("SLURM_SUBMIT_DIR", root, root))
         home = self.case.env.get("HOME")
         walker = ShellWalker(root, self.read, self.notes, home)
         if self.launch_override:
@@ -193,7 +197,10 @@ class JobBuilder:
         tops = [p for p in shells if p not in probe.referenced or p in self.launch_override]
         tops.sort(key=lambda p: (not _has_sbatch(probe.files.get(p)), p))
         for flow, path in enumerate(tops):
-            walker.run_file(path, ShellState(dict(base_env), cwd), flow, "job")
+            env = dict(base_env)
+            loaded = probe.files.get(path)
+            env.update(sbatch_exports(loaded.sbatch if loaded else ()))
+            walker.run_file(path, ShellState(env, cwd), flow, "job")
         commands = [self._link(c) for c in walker.commands]
         self._entries(commands, pys)
         trainer_args = self._trainer_args(commands, cwd)
@@ -289,6 +296,19 @@ class JobBuilder:
         interp = launch.interpreter if launch is not None else None
         python = interp if interp and argvmod.is_python(interp) else None
         return dict(chosen.env), python
+
+
+def sbatch_exports(options: tuple[SbatchOption, ...]) -> dict[str, EnvVar]:
+    """Variables `#SBATCH --export=ALL,NAME=value,...` puts into the job's environment."""
+    out: dict[str, EnvVar] = {}
+    for opt in options:
+        if opt.name != "export":
+            continue
+        for item in opt.value.split(","):
+            name, eq, value = item.partition("=")
+            if eq and name.isidentifier():
+                out[name] = EnvVar(name, value, value, opt.site, True)
+    return out
 
 
 def _has_sbatch(f: ShellFile | None) -> bool:

@@ -73,6 +73,8 @@ def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
     env = job_env(job, dict(ctx.case.env))
     path_var = env.get("PATH", os.defpath)
     guard = ctx.case.gate and ctx.case.as_root
+    # As root, nothing from the user's environment (LD_PRELOAD, PYTHONPATH...) reaches a probe.
+    run_env = {"PATH": path_var, "LANG": "C"} if guard else env
     notes: list[str] = []
     out: dict[str, Any] = {"scorep_config": None, "version": None, "cuda_support": None,
                            "python_bindings": None, "config_summary": None, "python": None, "notes": notes}
@@ -83,7 +85,7 @@ def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
     elif guard and not trusted(config):
         notes.append(f"{config} is not root-owned; not run as root")
     else:
-        res = run_isolated([config, "--version"], ctx.limit(5.0), env=env)
+        res = run_isolated([config, "--version"], ctx.limit(5.0), env=run_env)
         if res.timed_out:
             notes.append(f"`{config} --version` timed out")
         elif res.returncode == 0:
@@ -93,7 +95,7 @@ def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
         info = os.path.join(os.path.dirname(config), "scorep-info")
         if not os.path.exists(info):
             info = shutil.which("scorep-info", path=path_var) or info
-        res = run_isolated([info, "config-summary"], ctx.limit(5.0), env=env)
+        res = run_isolated([info, "config-summary"], ctx.limit(5.0), env=run_env)
         if res.returncode == 0 and not res.timed_out:
             out["config_summary"] = res.stdout
             m = re.search(r"CUDA support:\s*(\w+)", res.stdout)
@@ -109,7 +111,8 @@ def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
     elif guard and not trusted(python):
         notes.append(f"{python} is not root-owned; not run as root")
     else:
-        res = run_isolated([python, "-c", BINDINGS_PROBE], ctx.limit(8.0), env=env)
+        argv = [python, "-I", "-c", BINDINGS_PROBE] if guard else [python, "-c", BINDINGS_PROBE]
+        res = run_isolated(argv, ctx.limit(8.0), env=run_env)
         if res.timed_out:
             notes.append(f"{python}: the bindings probe timed out")
         else:

@@ -115,6 +115,11 @@ class ScorepWrap:
     def flags(self) -> tuple[str, ...]:
         return self.wrapper_flags + self.config_flags
 
+    @property
+    def mpi(self) -> bool:
+        """Measured as one MPI experiment (`--mpi`, `--mpp=mpi`)."""
+        return "--mpi" in self.wrapper_flags or "--mpp=mpi" in self.config_flags
+
 
 @dataclass(frozen=True)
 class Spawner:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import os
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,18 +25,16 @@ from doctor.jobfolder.model import (
     EnvVar,
     Loop,
     Note,
-    SbatchOption,
     ShellFile,
     Site,
     Wrapper,
 )
 from doctor.jobfolder.reading import Source, inside
+from doctor.jobfolder.shellparse import line_starts, parse_nodes, sbatch_options, split_words
 from doctor.jobfolder.shellprep import Prepared, prepare
-from doctor.jobfolder.words import RANK_VARS, Expanded, expand, match_close, skip_dq, try_arith
+from doctor.jobfolder.words import RANK_VARS, Expanded, expand, match_close, try_arith
 
 MAX_DEPTH = 8
-MAX_CHUNK_LINES = 40
-MAX_PARSE_ATTEMPTS = 4000
 SHELL_NAMES = {"bash", "sh", "zsh", "dash", "ksh"}
 
 
@@ -96,155 +93,6 @@ class Ctx:
     background: bool = False
     condition: bool = False
     wrappers: tuple[Wrapper, ...] = ()
-
-
-def split_words(text: str) -> list[str]:
-    """Split at blanks outside quotes and parentheses (`seq 0 $((N - 1))` -> 3 words)."""
-    words: list[str] = []
-    cur = ""
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c in "\"'(":
-            end = match_close(text, i, "(", ")") if c == "(" else (
-                text.find("'", i + 1) if c == "'" else skip_dq(text, i) - 1)
-            end = len(text) - 1 if end < 0 else end
-            cur += text[i:end + 1]
-            i = end + 1
-            continue
-        if c.isspace():
-            if cur:
-                words.append(cur)
-            cur = ""
-        else:
-            cur += c
-        i += 1
-    if cur:
-        words.append(cur)
-    return words
-
-
-def line_starts(text: str) -> list[int]:
-    starts = [0]
-    for m in re.finditer("\n", text):
-        starts.append(m.end())
-    return starts
-
-
-_patched = False
-
-
-def _bashlex() -> Any:
-    """bashlex, with its `while COND<newline>do` bug tolerated.
-
-    bashlex 0.18 asserts that a while/until condition is a list node, which it is only
-    when a `;` ends it; a newline before `do` (the common layout) makes it a command node.
-    The tree is fine either way, so that one assertion is relaxed.
-    """
-    global _patched
-    import bashlex
-    import bashlex.parser as bp
-
-    if not _patched:
-        strict = bp.handleAssert
-
-        def lenient(p: Any, test: bool) -> None:
-            if not test and len(p) > 2 and p[1] in ("while", "until") and \
-                    getattr(p[2], "kind", None) in ("command", "pipeline", "compound"):
-                return
-            strict(p, test)
-
-        bp.handleAssert = lenient
-        _patched = True
-    return bashlex
-
-
-def parse_nodes(prep: Prepared, path: str, notes: list[Note]) -> list[tuple[Any, int]]:
-    """bashlex nodes of a prepared script as (node, offset); statement by statement on failure."""
-    bashlex = _bashlex()
-
-    text = prep.text
-    try:
-        return [(n, 0) for n in bashlex.parse(text)] if text.strip() else []
-    except Exception:  # bashlex raises ParsingError, NotImplementedError and worse
-        pass
-    starts = line_starts(text)
-    out: list[tuple[Any, int]] = []
-    attempts = 0
-    k = 0
-    nlines = len(starts)
-    while k < nlines:
-        a = starts[k]
-        if not text[a:(starts[k + 1] if k + 1 < nlines else len(text))].strip():
-            k += 1
-            continue
-        parsed = None
-        for e in range(k + 1, min(nlines, k + MAX_CHUNK_LINES) + 1):
-            b = starts[e] if e < nlines else len(text)
-            attempts += 1
-            if attempts > MAX_PARSE_ATTEMPTS:
-                notes.append(Note(path, f"lines {k + 1}-{nlines}: not analysed (too much the shell parser "
-                                        "cannot read)", k + 1, "unparsed"))
-                return out
-            try:
-                nodes = bashlex.parse(text[a:b])
-            except Exception:
-                continue
-            parsed = (nodes, e)
-            break
-        if parsed is None:
-            line = text[a:(starts[k + 1] if k + 1 < nlines else len(text))].strip()
-            if not line.startswith("#"):
-                notes.append(Note(path, f"line {k + 1} not analysed: the shell parser cannot read "
-                                        f"{line[:60]!r}", k + 1, "unparsed"))
-            k += 1
-            continue
-        nodes, e = parsed
-        out.extend((n, a) for n in nodes)
-        k = e
-    return out
-
-
-def sbatch_options(path: str, text: str) -> tuple[SbatchOption, ...]:
-    """`#SBATCH` directives (Slurm reads them until the first command)."""
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s:
-            continue
-        if not s.startswith("#"):
-            break
-        if not s.startswith("#SBATCH"):
-            continue
-        try:
-            tokens = shlex.split(s[len("#SBATCH"):], comments=True)
-        except ValueError:
-            tokens = s[len("#SBATCH"):].split()
-        i = 0
-        while i < len(tokens):
-            t = tokens[i]
-            if t.startswith("--"):
-                name, _, value = t[2:].partition("=")
-                if not _ and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
-                    value = tokens[i + 1]
-                    i += 1
-            elif t.startswith("-") and len(t) >= 2:
-                name = _SHORT_SBATCH.get(t[1], t[1])
-                value = t[2:]
-                if not value and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
-                    value = tokens[i + 1]
-                    i += 1
-            else:
-                i += 1
-                continue
-            out.append(SbatchOption(name, value, Site(path, n, s)))
-            i += 1
-    return tuple(out)
-
-
-_SHORT_SBATCH = {"x": "exclude", "w": "nodelist", "n": "ntasks", "N": "nodes", "G": "gpus",
-                 "p": "partition", "t": "time", "J": "job-name", "c": "cpus-per-task", "o": "output",
-                 "e": "error", "A": "account", "D": "chdir"}
 
 
 class ShellWalker:
@@ -441,7 +289,8 @@ class ShellWalker:
 
     # -- simple commands --------------------------------------------------
     def _expand(self, raw: str, ctx: Ctx, split: bool = True) -> Expanded:
-        return expand(raw, ctx.state.vars.get, split=split, per_task=ctx.state.per_task, home=self.home)
+        return expand(raw, ctx.state.vars.get, split=split, per_task=ctx.state.per_task, home=self.home,
+                      script=ctx.file.path, cwd=ctx.state.cwd)
 
     def _assign(self, raw: str, ctx: Ctx, site: Site, export: bool | None) -> EnvVar | None:
         m = re.match(r"([A-Za-z_]\w*)(\+?=)(.*)", raw, re.S)

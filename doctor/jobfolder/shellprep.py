@@ -63,12 +63,17 @@ class _Scanner:
             if a + k < len(self.out):
                 self.out[a + k] = ch
 
-    def scan(self, a: int, b: int) -> None:
+    def scan(self, a: int, b: int, in_case: bool = False) -> int:
+        """Rewrite [a, b); in a case arm, stop at its `;;`/`;&` or at `esac` and return where."""
         src = self.src
         i = a
         cmd_start = True
         while i < b:
             c = src[i]
+            if in_case and (src.startswith(";;", i) or src.startswith(";&", i)):
+                return i
+            if in_case and cmd_start and self._keyword(i, b, "esac"):
+                return i
             if c == "\n":
                 i = self.heredoc_bodies(i + 1, b) if self.pending else i + 1
                 cmd_start = True
@@ -88,8 +93,6 @@ class _Scanner:
                     i = end + 1
                     cmd_start = False
                     continue
-                if c == "<":
-                    pass
                 cmd_start = c != ")"
                 i += 1
                 continue
@@ -101,7 +104,57 @@ class _Scanner:
                 continue
             i, word = self.word(i, b, cmd_start)
             cmd_start = word in RESERVED_START
-        return None
+        return b
+
+    def _keyword(self, i: int, b: int, word: str) -> bool:
+        end = i + len(word)
+        return self.src.startswith(word, i) and (end >= b or self.src[end] in META)
+
+    def case(self, i: int, b: int) -> int:
+        """`case W in p) cmds ;; esac` -> `{ :; cmds ; }` (same length): bashlex has no case."""
+        src = self.src
+        start = i
+        j = i + 4
+        while j < b:  # up to and including the `in`
+            while j < b and src[j] in " \t\n":
+                j += 1
+            k = j
+            while k < b and src[k] not in " \t\n;":
+                k = self.dq(k, b) if src[k] == '"' else (src.find("'", k + 1, b) + 1 or b) if src[k] == "'" else k + 1
+            if src[j:k] == "in":
+                j = k
+                break
+            j = k
+        self.blank(start, j)
+        self.put(start, "{")
+        while j < b:
+            while j < b and (src[j] in " \t\n" or src[j] == "#"):
+                j = (src.find("\n", j, b) if src[j] == "#" else j + 1)
+                j = b if j < 0 else j
+            if j >= b:
+                return b
+            if self._keyword(j, b, "esac"):
+                self.blank(j, j + 4)
+                self.put(j, "}")
+                return j + 4
+            close = j + (src[j] == "(")
+            while close < b and src[close] != ")":
+                close = self.dq(close, b) if src[close] == '"' else close + 1
+            self.blank(j, close + 1)
+            self.put(j, ":;")
+            end = self.scan(close + 1, b, in_case=True)
+            if end >= b:
+                return b
+            if src.startswith(";;", end) or src.startswith(";&", end):
+                term = 3 if src.startswith(";;&", end) else 2
+                body = src[close + 1:end].rstrip(" \t")
+                self.blank(end, end + term)
+                if body.strip() and not body.endswith(("\n", "&")):  # a `;` must end a command
+                    self.put(end, ";")
+                j = end + term
+            else:
+                j = end
+        return b
 
     def word(self, i: int, b: int, cmd_start: bool) -> tuple[int, str]:
         """Scan one word from i; rewrite what bashlex cannot read; return (end, plain word)."""
@@ -114,6 +167,8 @@ class _Scanner:
             if end + 1 < len(self.out):
                 self.out[end + 1] = "]"
             return end + 2, "[["
+        if cmd_start and self._keyword(i, b, "case"):
+            return self.case(i, b), "esac"
         if cmd_start and src.startswith("time", i) and (i + 4 >= b or src[i + 4] in " \t"):
             self.blank(i, i + 4)
             return i + 4, "time"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -90,11 +91,22 @@ class Expander:
     """Expands one word against an environment lookup."""
 
     def __init__(self, lookup: Lookup, per_task: bool = False, split: bool = True,
-                 home: str | None = None):
+                 home: str | None = None, script: str | None = None, cwd: str | None = None):
         self.lookup = lookup
         self.per_task = per_task
         self.split = split
         self.home = home
+        self.script = script
+        self.cwd = cwd
+
+    def _script_dir(self, inner: str) -> str | None:
+        """`$(dirname "$0")`, `$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)`, `$(pwd)`: known folders."""
+        flat = inner.replace('"', "").replace("'", "")
+        if self.script and "dirname" in flat and ("$0" in flat or "BASH_SOURCE" in flat):
+            return os.path.dirname(self.script)
+        if self.cwd and flat.strip() == "pwd":
+            return self.cwd
+        return None
 
     def expand(self, raw: str) -> Expanded:
         self.out = Expanded()
@@ -206,10 +218,13 @@ class Expander:
             end = match_close(s, i + 1, "(", ")")
             inner = s[i + 2:end].strip()
             words = inner.split()
+            here = self._script_dir(inner)
             if len(words) == 2 and words[0] in ("which", "command -v"):
                 self._value(words[1], quoted)
             elif len(words) == 3 and (words[:2] == ["command", "-v"] or words[:2] == ["type", "-P"]):
                 self._value(words[2], quoted)
+            elif here is not None:
+                self._value(here, quoted)
             else:
                 self._unknown(s[i:end + 1], quoted)
             return end + 1
@@ -342,6 +357,6 @@ def try_arith(expr: str, lookup: Callable[[str], EnvVar | None]) -> int | None:
 
 
 def expand(raw: str, lookup: Lookup, *, split: bool = True, per_task: bool = False,
-           home: str | None = None) -> Expanded:
-    """Expand one shell word (its source text, quotes included)."""
-    return Expander(lookup, per_task, split, home).expand(raw)
+           home: str | None = None, script: str | None = None, cwd: str | None = None) -> Expanded:
+    """Expand one shell word (its source text, quotes included) in the script `script`."""
+    return Expander(lookup, per_task, split, home, script, cwd).expand(raw)
