@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -222,10 +223,33 @@ sys.stdout.write({FRAMEWORK_MARK!r} + json.dumps(r) + "\\n")
 """
 
 
+def job_interpreter(ctx: ProbeContext) -> str:
+    """--python, else the job's own interpreter when a job folder is examined, else this one."""
+    if ctx.case.python or ctx.case.root is None:
+        return ctx.case.job_python
+    from doctor.jobfolder.facts import _job_python, job_env
+
+    job = ctx.facts.get("job")
+    path_var = job_env(job, dict(ctx.case.env)).get("PATH", os.defpath)
+    return _job_python(ctx, job, path_var) or ctx.case.job_python
+
+
 @provider("framework", timeout=90.0)
 def framework(ctx: ProbeContext) -> dict[str, Any]:
-    """torch.zeros(1).cuda() in the job's interpreter, in try/except, in a subprocess."""
-    python = ctx.case.job_python
+    """torch.zeros(1).cuda() in the job's interpreter, in try/except, in a subprocess.
+
+    The interpreter: --python, else the one the job script runs (from the job
+    folder, when there is one), else the current one. As root in the gate, a
+    discovered interpreter that anybody but root can write to is refused: the gate
+    never runs user-controlled code as root (an explicit --python is the admin's choice).
+    """
+    python = job_interpreter(ctx)
+    if ctx.case.gate and ctx.case.as_root and not ctx.case.python:
+        from doctor.jobfolder.facts import trusted
+
+        if not trusted(python):
+            raise RuntimeError(f"not running {python} as root: it (or a folder above it) is not "
+                               "root-owned or is writable by others")
     limit = ctx.limit()
     cwd = str(ctx.case.root) if ctx.case.root else None
     out = run_isolated([python, "-c", FRAMEWORK_CODE], limit, env=dict(ctx.case.env), cwd=cwd)
