@@ -271,7 +271,8 @@ def runtime_ready(facts: Facts) -> Outcome:
 def framework_cuda(facts: Facts) -> Outcome:
     """What it does:
     Runs `torch.zeros(1).cuda()` inside try/except with the job's interpreter
-    (`--python`, default the current one) in a subprocess, and reports the exception
+    (`--python`, else the `python` the job script runs, else the current one) in a
+    subprocess, and reports the exception
     text, the torch version, `torch.version.cuda`, the NCCL version and torch's device
     count next to NVML's. It never uses `torch.cuda.is_available()` as the test.
 
@@ -296,7 +297,8 @@ def framework_cuda(facts: Facts) -> Outcome:
     python = fw.get("python") or facts.case.job_python
     n_nvml = len(nv.get("gpus") or [])
     if fw.get("import_error"):
-        msg = f"torch cannot be imported by {python}: {fw['import_error']}"
+        where = f" ({fw['python_source']})" if fw.get("python_source") else ""
+        msg = f"torch cannot be imported by {python}{where}: {fw['import_error']}"
         if facts.case.python is None:
             return skip(msg + " (pass the job's interpreter with --python)")
         return fail(msg, Evidence(fw["import_error"], label=python), "node-cuda-warmup")

@@ -148,7 +148,7 @@ def test_gpu004_fails_when_the_given_interpreter_has_no_torch(fake_node, tmp_pat
     run = run_gate(fake_node("healthy"), "--playbook", "node", "--python", str(bare), tmp_path=tmp_path)
     gpu4 = run.check("GPU004")
     assert gpu4["status"] == "fail"
-    assert f"torch cannot be imported by {sys.executable}" in gpu4["message"]
+    assert f"torch cannot be imported by {bare} (--python)" in gpu4["message"]
     assert "ModuleNotFoundError" in gpu4["message"]
 
 

@@ -234,6 +234,14 @@ def job_interpreter(ctx: ProbeContext) -> str:
     return _job_python(ctx, job, path_var) or ctx.case.job_python
 
 
+def python_source(ctx: ProbeContext) -> str:
+    if ctx.case.python:
+        return "--python"
+    if ctx.case.root is not None:
+        return "the interpreter the job script runs, as found on its PATH"
+    return "the interpreter gpu-doctor runs in"
+
+
 @provider("framework", timeout=90.0)
 def framework(ctx: ProbeContext) -> dict[str, Any]:
     """torch.zeros(1).cuda() in the job's interpreter, in try/except, in a subprocess.
@@ -255,7 +263,8 @@ def framework(ctx: ProbeContext) -> dict[str, Any]:
     out = run_isolated([python, "-c", FRAMEWORK_CODE], limit, env=dict(ctx.case.env), cwd=cwd)
     for line in reversed(out.stdout.splitlines()):
         if line.startswith(FRAMEWORK_MARK):
-            return dict(json.loads(line[len(FRAMEWORK_MARK):]))
+            return {**json.loads(line[len(FRAMEWORK_MARK):]), "python": python,
+                    "python_source": python_source(ctx)}
     if out.timed_out:
         raise ProbeTimeout(f"torch.zeros(1).cuda() in {python} did not return within {limit:.1f} s "
                            "(killed)")

@@ -123,9 +123,27 @@ class DoctorApp(App[int]):
         table.add_column("layer", key="layer", width=13)
         table.add_column("check", key="check", width=7)
         table.add_column("status", key="status", width=11)
-        table.add_column("finding", key="message")
+        table.add_column("finding", key="message", width=60)
         self._install_signal_handlers()
+        self.call_after_refresh(self.fit_message_column)
         self.action_rerun()
+
+    def on_resize(self) -> None:
+        self.fit_message_column()
+
+    def fit_message_column(self) -> None:
+        """Give the finding column whatever width the other columns leave."""
+        tables = self.query("#checks")
+        if not tables:
+            return
+        table = tables.first(DataTable)
+        column = next((c for k, c in table.columns.items() if k.value == "message"), None)
+        if column is None or not table.size.width:
+            return
+        others = sum(c.get_render_width(table) for c in table.columns.values() if c is not column)
+        column.auto_width = False
+        column.width = max(20, table.size.width - others - 2 * table.cell_padding - 2)
+        table.refresh()
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM/SIGHUP: stop running ranks and exit cleanly (ctrl+c is a key here)."""
