@@ -119,7 +119,7 @@ def _steps_multiple(job: Job, ta: TrainerArgs, evidence: list[Evidence], data: d
 
 
 @check("TRN002", L, "fp16/bf16 asked for where the framework has no CUDA",
-       needs=("job", "framework"), remedies=("cuda-warmup",), handles_failures=True)
+       needs=("job", "framework", "nvml"), remedies=("cuda-warmup",), handles_failures=True)
 def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
     """What it does:
     When a run asks for fp16 or bf16 (trainer flags, config files, `TrainingArguments`,
@@ -156,9 +156,14 @@ def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
             asked.append((sp.mixed_precision, ev(job, cmd.site, "accelerate"), cmd.site.data()))
     if not asked:
         return [passed("no fp16/bf16 asked for")]
-    fw = facts.get("framework")
     key, where, site = asked[0]
     data = site | {"precision": key, "see": ["GPU003", "GPU004"]}
+    nv = facts.get("nvml")
+    if isinstance(nv, dict) and not nv.get("driver_loaded") and not facts.case.gpus_expected:
+        # A login node or a laptop: the GPU node decides, not this host.
+        return [skip(f"{key} is asked for; this host has no NVIDIA driver, so whether torch can use CUDA "
+                     "is for the GPU node to say: run gpu-doctor there", where, data=data)]
+    fw = facts.get("framework")
     if isinstance(fw, ProbeFailure):
         return [unknown(f"{key} is asked for, but whether torch can use CUDA is unknown ({fw}); see GPU003 and "
                         "GPU004", where, data=data)]
@@ -167,7 +172,10 @@ def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
     if fw.get("ok"):
         return [passed(f"{key} asked for and torch {fw.get('torch_version')} can use CUDA "
                        f"({fw.get('device_count')} device(s))", where)]
-    reason = fw.get("import_error") or fw.get("error") or "no CUDA"
+    if fw.get("import_error"):
+        return [unknown(f"{key} is asked for, but torch cannot be imported by {fw.get('python')} "
+                        f"({fw['import_error']}): pass the job's interpreter with --python", where, data=data)]
+    reason = fw.get("error") or "no CUDA"
     data |= {"framework_error": reason, "torch_cuda": fw.get("torch_cuda")}
     remedies = ("cuda-warmup",) if fw.get("torch_cuda") else ()
     hint = "" if fw.get("torch_cuda") else " (this torch has no CUDA build)"

@@ -55,6 +55,10 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
     """The one line a prologue log or a job script shows."""
     host = run.case.host
     bad = blocking(run.results, fail_on)
+    if len(bad) > 2:  # keep it one readable line: every ID, the first message in full
+        first = bad[0]
+        return (f"gpu-doctor: FAIL on {host}: {len(bad)} checks ({', '.join(r.check_id for r in bad)}); "
+                f"first: {first.check_id} {first.status.value}: {first.message}")
     if bad:
         parts = [f"{r.check_id} {r.status.value}: {r.message}" for r in bad]
         return f"gpu-doctor: FAIL on {host}: " + "; ".join(parts)

@@ -27,6 +27,9 @@ HEALTHY: dict[str, Any] = {
     "framework": {"ok": True, "error": None, "torch_version": "2.1.2", "torch_cuda": "12.1",
                   "device_count": 4, "nccl_version": "2.18.1"},
     "cuda_runtime": {"state": "ready", "ready_attempt": 1, "attempts": [], "last": {}},
+    "nvml": {"driver_loaded": True, "error": None, "driver_version": "550.54.15", "cuda_driver_version": 12040,
+             "gpus": [{"index": i, "name": "NVIDIA A100-SXM4-40GB", "uuid": f"GPU-{i}", "pci_bus_id": "",
+                       "memory_total": 42949672960} for i in range(4)]},
     "logscan": [],
 }
 

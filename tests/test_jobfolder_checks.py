@@ -632,3 +632,19 @@ def test_sbatch_export_sets_the_job_environment(tmp_path: Path) -> None:
                                               "python -m scorep --cuda train.py\n", "train.py": TRAIN})
     out = run_check("SCP003", root)
     assert worst(out) == Status.FAIL and where(out) == [("job.sbatch", 2)]
+
+
+def test_trn002_on_a_host_without_a_driver_leaves_the_verdict_to_the_gpu_node(tmp_path: Path) -> None:
+    root = job(tmp_path, "torchrun --nproc_per_node 2 train.py --fp16\n")
+    login_node = {**NO_CUDA, "nvml": {"driver_loaded": False, "error": "NVML Shared Library Not Found",
+                                      "gpus": []}}
+    out = run_check("TRN002", root, login_node)
+    assert worst(out) == Status.SKIP and "GPU node" in out[0].message
+
+
+def test_trn002_when_torch_is_not_importable_says_unknown_not_fail(tmp_path: Path) -> None:
+    root = job(tmp_path, "torchrun --nproc_per_node 2 train.py --fp16\n")
+    no_torch = {"framework": {"ok": False, "import_error": "ModuleNotFoundError: No module named 'torch'",
+                              "python": "/usr/bin/python3", "torch_cuda": None}}
+    out = run_check("TRN002", root, no_torch)
+    assert worst(out) == Status.UNKNOWN and "--python" in out[0].message

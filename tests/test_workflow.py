@@ -84,3 +84,15 @@ def test_prologue_reads_no_user_files() -> None:
     pb = load_playbook("prologue")
     assert pb.reads_user_files is False
     assert set(pb.checks) == {"GPU001", "GPU002", "GPU003", "GPU005", "P2P001"}
+
+
+def test_the_reason_line_stays_one_line_naming_every_failing_check(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(EXAMPLE, job)
+    proc = gpu_doctor("--check-only", "--playbook", "scorep-ddp", "--quiet", str(job))
+    assert proc.returncode == 1
+    [line] = proc.stdout.splitlines()
+    assert line.startswith("gpu-doctor: FAIL on ")
+    for cid in ("SCP002", "SCP003", "SCP005", "LNC001", "LNC002", "SCR001", "SCR002", "SCR003", "TRN001"):
+        assert cid in line
+    assert "first: SCP002 fail: " in line
