@@ -106,6 +106,10 @@ def nvml(ctx: ProbeContext) -> dict[str, Any]:
                else f"the fabric query died ({died(out)})")
         fabric = {"error": why, "timed_out": out.timed_out}
     doc["fabric"] = fabric
+    p2p = sections.get("p2p")
+    if p2p is not None:
+        p2p.pop("section", None)
+        doc["p2p"] = p2p
     return doc
 
 

@@ -136,6 +136,19 @@ def fabric_of(nvml: Any, handle: Any, index: int) -> dict[str, Any]:
     return entry
 
 
+def emit_p2p() -> None:
+    """The P2P matrix (P2P001) in the same process: pynvml is imported once per gate."""
+    import os
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import p2p_nvml  # type: ignore[import-not-found]
+
+        emit({"section": "p2p", **p2p_nvml.probe()})
+    except Exception as exc:  # P2P001 then runs its own query and reports the failure
+        emit({"section": "p2p_error", "error": f"{type(exc).__name__}: {exc}"})
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         sys.path.insert(0, argv[1])
@@ -151,6 +164,7 @@ def main(argv: list[str]) -> int:
     if doc["driver_loaded"]:
         gpus = [fabric_of(nvml, h, i) for i, h in enumerate(handles)]
         emit({"section": "fabric", "gpus": gpus})
+        emit_p2p()
         try:
             nvml.nvmlShutdown()
         except Exception:

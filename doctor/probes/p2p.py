@@ -13,7 +13,6 @@ import json
 import os
 import re
 import stat
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from typing import Any
 from doctor.case import Case
 from doctor.facts import ProbeContext, ProbeTimeout
 from doctor.isolate import Isolated, run_isolated
-from doctor.probes.p2p_child import directions
 from doctor.registry import provider
 
 HERE = Path(__file__).resolve().parent
@@ -117,12 +115,19 @@ def render_integrity(value: Mapping[str, Any]) -> str:
 @provider("p2p_matrix", timeout=20.0)
 def p2p_matrix(ctx: ProbeContext) -> dict[str, Any]:
     """NVML P2P status per ordered pair (read/write/NVLink) and topology, from a subprocess."""
-    res = run_isolated([sys.executable, "-I", str(NVML_CHILD)], ctx.limit(), env=dict(ctx.case.env))
+    nv = ctx.facts.get("nvml")
+    if isinstance(nv, dict) and isinstance(nv.get("p2p"), dict):  # the nvml child already asked
+        value: dict[str, Any] = dict(nv["p2p"])
+        value["views"] = [pair_view(p) for p in value.get("pairs", [])]
+        return value
+    from doctor.probes.node import child_argv, pynvml_dir
+
+    res = run_isolated(child_argv(NVML_CHILD.name, pynvml_dir()), ctx.limit(), env=dict(ctx.case.env))
     if res.timed_out:
         raise ProbeTimeout(f"the NVML P2P query hung; killed after {res.duration_s:.1f}s")
     if res.returncode != 0:
         raise RuntimeError(f"the NVML P2P query {_death(res)}")
-    value: dict[str, Any] = res.json()
+    value = res.json()
     value["views"] = [pair_view(p) for p in value.get("pairs", [])]
     return value
 
@@ -178,6 +183,8 @@ def test_size(case: Case) -> int:
 
 def read_integrity(res: Isolated) -> dict[str, Any]:
     """The streamed JSON lines of p2p_child.py -> the p2p_integrity fact (works after a kill)."""
+    from doctor.probes.p2p_child import directions  # argparse, ctypes...: only when used
+
     if res.returncode is None and not res.timed_out:  # could not even start
         return {"requested": True, "error": res.stderr, "devices": [], "tests": [], "directions": [],
                 "untested": [], "timed_out": False, "hung_in": None, "crashed": None}

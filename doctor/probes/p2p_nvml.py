@@ -88,4 +88,6 @@ def probe() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1]:  # run with -I -S: the folder holding pynvml is passed in
+        sys.path.insert(0, sys.argv[1])
     sys.stdout.write(json.dumps(probe()) + "\n")
