@@ -144,6 +144,12 @@ def gate_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def tui_main(args: argparse.Namespace) -> int:
+    try:
+        check_path(args.path)  # a typo'd PATH (or subcommand) is a usage error, TTY or not
+    except UsageError as exc:
+        if args.path and "/" not in args.path and not args.path.startswith("."):
+            raise UsageError(f"{exc}, and it is not a subcommand ({', '.join(COMMANDS)})") from None
+        raise
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("gpu-doctor: no terminal here, so no interactive app. Use `gpu-doctor --check-only "
               "[PATH]` for a verdict or `gpu-doctor report [PATH] -o FILE` for a report.",

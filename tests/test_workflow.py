@@ -96,3 +96,10 @@ def test_the_reason_line_stays_one_line_naming_every_failing_check(tmp_path: Pat
     for cid in ("SCP002", "SCP003", "SCP005", "LNC001", "LNC002", "SCR001", "SCR002", "SCR003", "TRN001"):
         assert cid in line
     assert "first: SCP002 fail: " in line
+
+
+def test_a_mistyped_subcommand_is_a_one_line_usage_error() -> None:
+    proc = gpu_doctor("lanch", "--", "train.py")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "not a subcommand" in proc.stderr and "launch" in proc.stderr

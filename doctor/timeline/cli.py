@@ -7,7 +7,11 @@ could be (no experiment folders, only unreadable traces, bad options).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from doctor.cli import Parser, UsageError, print_json
@@ -33,17 +37,40 @@ def build_parser() -> Parser:
     return p
 
 
+@contextlib.contextmanager
+def c_stderr_captured() -> Iterator[list[str]]:
+    """Collect what C libraries write to file descriptor 2 meanwhile (single-threaded CLI use)."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            lines.extend(ln for ln in tmp.read().decode("utf-8", "replace").splitlines() if ln.strip())
+
+
 def main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.keep_steps < 0:
             raise UsageError("--keep-steps must be 0 or more")
-        report = analyse([Path(p) for p in args.paths], step_regex=args.step_regex,
-                         window=args.window, keep_steps=args.keep_steps)
+        with c_stderr_captured() as otf2_said:
+            report = analyse([Path(p) for p in args.paths], step_regex=args.step_regex,
+                             window=args.window, keep_steps=args.keep_steps)
+        # The OTF2 C library prints several lines per damaged archive; one note is enough here.
+        c_note = (f"the OTF2 library reported {len(otf2_said)} error line(s), e.g. {otf2_said[-1]}"
+                  if otf2_said else None)
     except (UsageError, ValueError) as exc:
         print(f"gpu-doctor timeline: error: {exc}", file=sys.stderr)
         return 2
     notes = list(report.notes) + [note for run in report.runs for note in run.notes]
+    if c_note:
+        notes.append(c_note)
     if not report.analysed:
         reason = notes[0] if notes else "nothing to analyse"
         print(f"gpu-doctor timeline: error: {reason}", file=sys.stderr)
