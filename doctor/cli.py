@@ -144,12 +144,7 @@ def gate_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def tui_main(args: argparse.Namespace) -> int:
-    try:
-        check_path(args.path)  # a typo'd PATH (or subcommand) is a usage error, TTY or not
-    except UsageError as exc:
-        if args.path and "/" not in args.path and not args.path.startswith("."):
-            raise UsageError(f"{exc}, and it is not a subcommand ({', '.join(COMMANDS)})") from None
-        raise
+    check_path(args.path)  # a missing PATH is a usage error, TTY or not
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("gpu-doctor: no terminal here, so no interactive app. Use `gpu-doctor --check-only "
               "[PATH]` for a verdict or `gpu-doctor report [PATH] -o FILE` for a report.",
@@ -181,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv and argv[0] in COMMANDS:
             return dispatch(argv[0], argv[1:])
+        first = argv[0] if argv else ""
+        if first and not first.startswith((".", "-", "/", "~")) and "/" not in first and not Path(first).exists():
+            raise UsageError(f"{first!r} is neither a subcommand ({', '.join(COMMANDS)}) nor an existing PATH")
         args = build_parser().parse_args(argv)
         if args.check_only or args.json or args.only:
             return gate_main(args, argv)

@@ -102,4 +102,4 @@ def test_a_mistyped_subcommand_is_a_one_line_usage_error() -> None:
     proc = gpu_doctor("lanch", "--", "train.py")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
-    assert "not a subcommand" in proc.stderr and "launch" in proc.stderr
+    assert "neither a subcommand" in proc.stderr and "launch" in proc.stderr
