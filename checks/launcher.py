@@ -7,7 +7,7 @@ from typing import Any
 
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Command, Job
-from doctor.jobfolder.queries import code_of, command_data, ev, ranks, sbatch
+from doctor.jobfolder.queries import code_of, command_data, ev, problem_evidence, ranks, sbatch
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
 from doctor.registry import check
 
@@ -66,6 +66,12 @@ def launcher_only(facts: Facts) -> list[Outcome]:
     for cmd, launch in job.instrumented:
         found = True
         sp = launch.spawner
+        script = job.script(launch.training_script) if sp is None and launch.training_script else None
+        if script is not None and script.problem is not None:
+            out.append(unknown(f"cannot tell whether {job.rel(script.path)} starts torchrun: {script.problem}",
+                               [ev(job, cmd.site, "launch"), problem_evidence(job, script)],
+                               entities={"file": job.rel(script.path)}))
+            continue
         if sp is None:
             n, how = ranks(job, cmd, launch)
             out.append(passed(f"each measured process runs the training script itself ({how})",

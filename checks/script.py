@@ -228,7 +228,7 @@ def real_cuda_check(facts: Facts) -> list[Outcome]:
     job: Job = facts["job"]
     if not job.scripts:
         return [_no_scripts()]
-    out: list[Outcome] = []
+    out: list[Outcome] = list(script_problems(job, list(job.scripts), "SCR004"))
     for s in job.scripts:
         for site in s.cuda_asserts:
             in_warmup = s.role == "snippet"

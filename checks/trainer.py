@@ -6,7 +6,7 @@ from typing import Any
 
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import UNKNOWN, ArgValue, Job, TrainerArgs
-from doctor.jobfolder.queries import ev
+from doctor.jobfolder.queries import ev, script_problems
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown
 from doctor.registry import check
 
@@ -100,7 +100,8 @@ def best_model_strategies(facts: Facts) -> list[Outcome]:
     off = [ta.values["load_best_model_at_end"] for ta in job.trainer if "load_best_model_at_end" in ta.values]
     if off:
         return [passed("load_best_model_at_end is off", ev(job, off[0].site, off[0].source))]
-    return [passed("no run sets load_best_model_at_end")]
+    unread = script_problems(job, [s for s in job.scripts if s.role != "snippet"], "TRN001")
+    return unread or [passed("no run sets load_best_model_at_end")]
 
 
 def _steps_multiple(job: Job, ta: TrainerArgs, evidence: list[Evidence], data: dict[str, Any]) -> list[Outcome]:

@@ -104,13 +104,37 @@ def check_path(text: str | None) -> Path | None:
     return path.resolve()
 
 
+def check_file(flag: str, text: str) -> Path:
+    """Validate a file named by --script/--launch/--log: it must exist, be a file and be readable."""
+    path = Path(text)
+    if not path.exists():
+        raise UsageError(f"{flag} {text!r} does not exist")
+    if path.is_dir():
+        raise UsageError(f"{flag} {text!r} is a folder, not a file")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{flag} {text!r} is not readable")
+    return path
+
+
+def check_python(text: str | None) -> str | None:
+    """--python must name an interpreter that exists (a path, or a name on PATH)."""
+    if text is None:
+        return None
+    import shutil
+
+    found = shutil.which(text) if "/" not in text else (text if os.access(text, os.X_OK) else None)
+    if found is None or Path(found).is_dir():
+        raise UsageError(f"--python {text!r}: no such interpreter (not an executable file, not on PATH)")
+    return text
+
+
 def case_from_args(args: argparse.Namespace, gate: bool = False) -> Case:
     return Case(
         root=check_path(args.path),
-        python=args.python,
-        scripts=tuple(Path(s) for s in args.script),
-        launch=tuple(Path(s) for s in args.launch),
-        logs=tuple(Path(s) for s in args.log),
+        python=check_python(args.python),
+        scripts=tuple(check_file("--script", s) for s in args.script),
+        launch=tuple(check_file("--launch", s) for s in args.launch),
+        logs=tuple(check_file("--log", s) for s in args.log),
         expect_gpus=args.expect_gpus,
         level=args.level,
         gate=gate,

@@ -166,7 +166,9 @@ class CheckResult:
 
     @property
     def evidence(self) -> tuple[Evidence, ...]:
-        return tuple(e for f in self.findings for e in f.evidence)
+        """The evidence of the findings that are not pass/skip (of all, when every one is)."""
+        bad = [f for f in self.findings if f.status not in (Status.PASS, Status.SKIP)]
+        return tuple(e for f in (bad or self.findings) for e in f.evidence)
 
     @property
     def remedies(self) -> tuple[str, ...]:

@@ -148,3 +148,15 @@ def test_run_isolated_kills_the_whole_process_group():
     while pid_alive(helper) and time.monotonic() < deadline:  # reaped by init, asynchronously
         time.sleep(0.01)
     assert not pid_alive(helper)
+
+
+def test_check_evidence_is_the_evidence_of_its_bad_findings() -> None:
+    """A failing check's evidence does not list what one of its passing findings showed."""
+    from doctor.model import CheckResult, Evidence, Finding, fail, passed
+
+    ok = Finding.stamp("X001", "node", passed("launch 1 is fine", Evidence("good line", "job.sh", 5)))
+    bad = Finding.stamp("X001", "node", fail("launch 2 is broken", Evidence("bad line", "job.sh", 7), "r"))
+    res = CheckResult.from_findings("X001", "node", "t", (ok, bad), 1.0)
+    assert [(e.file, e.line) for e in res.evidence] == [("job.sh", 7)]
+    clean = CheckResult.from_findings("X001", "node", "t", (ok,), 1.0)
+    assert [(e.file, e.line) for e in clean.evidence] == [("job.sh", 5)]

@@ -50,6 +50,30 @@ def test_unreadable_path_is_a_usage_error(tmp_path):
         job.chmod(0o755)
 
 
+def test_unreadable_path_is_a_usage_error_even_as_root(tmp_path, monkeypatch, capsys):
+    """The permission test above cannot run as root; this one fakes the denial in-process."""
+    from doctor import cli
+
+    job = tmp_path / "job"
+    job.mkdir()
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)
+    assert cli.main(["--check-only", str(job)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not readable" in err[0] and str(job) in err[0]
+
+
+@pytest.mark.parametrize("flag", ["--script", "--launch", "--log"])
+def test_missing_file_given_by_flag_is_a_usage_error(tmp_path, flag):
+    missing = tmp_path / "nope.txt"
+    assert_one_line_error(gpu_doctor("--check-only", "--playbook", "scorep-ddp", flag, str(missing), str(tmp_path)),
+                          flag, str(missing), "does not exist")
+
+
+def test_folder_given_as_a_file_is_a_usage_error(tmp_path):
+    assert_one_line_error(gpu_doctor("--check-only", "--playbook", "post-run", "--log", str(tmp_path),
+                                     str(tmp_path)), "--log", "is a folder")
+
+
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "nan", "inf"])
 def test_bad_timeout_is_a_usage_error(value):
     assert_one_line_error(gpu_doctor("--check-only", "--timeout", value), "--timeout", repr(value))

@@ -159,3 +159,38 @@ def test_no_job_folder_gives_an_empty_job(tmp_path: Path) -> None:
 
     assert load_job(Case(root=None)).commands == ()
     assert worst(run_check("SCR001", write_job(tmp_path, {}))) == Status.SKIP
+
+
+def test_readiness_check_says_unknown_not_pass_when_no_script_could_be_read(tmp_path: Path) -> None:
+    """SCR004 cannot know whether a script it could not parse asserts is_available()."""
+    root = write_job(tmp_path, {"job.sh": LAUNCH,
+                                "train.py": "import torch\nassert torch.cuda.is_available(\n"})
+    out = run_check("SCR004", root)
+    assert worst(out) == Status.UNKNOWN, [(o.status, o.message) for o in out]
+    assert "train.py" in out[0].message and "syntax error" in out[0].message
+
+
+def test_syntax_error_evidence_names_file_and_line(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH, "train.py": "import torch\n\n\ndef main(:\n    pass\n"})
+    out = run_check("SCR001", root)
+    assert worst(out) == Status.UNKNOWN
+    assert [(e.file, e.line) for e in out[0].evidence] == [("train.py", 4)]
+
+
+def test_launcher_check_does_not_pass_a_script_it_could_not_read(tmp_path: Path) -> None:
+    """LNC001 cannot tell whether a script with a syntax error calls torch.distributed.run.main()."""
+    root = write_job(tmp_path, {"job.sh": LAUNCH,
+                                "train.py": "from torch.distributed.run import main\nmain(\n"})
+    out = run_check("LNC001", root)
+    assert worst(out) == Status.UNKNOWN, [(o.status, o.message) for o in out]
+    assert "train.py" in out[0].message
+    assert [(e.file, e.line) for e in out[0].evidence] == [("job.sh", 3), ("train.py", 2)]
+
+
+def test_trainer_check_does_not_pass_when_the_script_holding_its_arguments_is_unreadable(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": LAUNCH, "train.py": (
+        "from transformers import TrainingArguments\n"
+        "args = TrainingArguments('out', load_best_model_at_end=True, eval_strategy='no'\n")})
+    out = run_check("TRN001", root)
+    assert worst(out) == Status.UNKNOWN, [(o.status, o.message) for o in out]
+    assert [(e.file, e.line) for e in out[0].evidence] == [("train.py", 2)]

@@ -103,3 +103,10 @@ def test_a_mistyped_subcommand_is_a_one_line_usage_error() -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "neither a subcommand" in proc.stderr and "launch" in proc.stderr
+
+
+def test_a_missing_python_is_a_usage_error_not_a_probe_failure() -> None:
+    proc = gpu_doctor("--check-only", "--playbook", "node", "--python", "/nonexistent/python3")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("gpu-doctor: error: --python '/nonexistent/python3': no such interpreter "
+                                   "(not an executable file, not on PATH)")

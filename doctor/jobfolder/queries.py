@@ -133,13 +133,19 @@ def _sbatch_tasks(job: Job) -> int | None:
     return total
 
 
+def problem_evidence(job: Job, script: PyScript) -> Evidence:
+    """Why `script` could not be analysed, at the line of its syntax error where there is one."""
+    problem = script.problem or "not analysed"
+    at = re.match(r"syntax error at line (\d+)", problem)
+    return Evidence(problem, job.rel(script.path), int(at.group(1)) if at else None, "not analysed")
+
+
 def script_problems(job: Job, scripts: list[PyScript], check_id: str) -> list[Outcome]:
     """`unknown` outcomes for scripts that could not be analysed."""
     out = []
     for s in scripts:
         if s.problem is not None:
-            out.append(unknown(f"cannot analyse {job.rel(s.path)}: {s.problem}",
-                               Evidence(s.problem, job.rel(s.path), None, "not analysed"),
+            out.append(unknown(f"cannot analyse {job.rel(s.path)}: {s.problem}", problem_evidence(job, s),
                                entities={"file": job.rel(s.path)},
                                data={"file": s.path, "problem": s.problem}))
     return out

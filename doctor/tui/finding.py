@@ -68,7 +68,7 @@ class FindingScreen(Screen[None]):
                     yield Static(Text.assemble(status_text(f.status), " ", f.message))
                 for ev in f.evidence:
                     yield Static(evidence_renderable(ev), classes="evidence")
-            if not r.evidence:
+            if not any(f.evidence for f in r.findings):
                 yield Static(Text("(no evidence recorded)", style="dim"))
             yield Static(Text("Remedies", style="bold underline"))
             yield Static(self.remedies_renderable(), id="remedies")
