@@ -172,3 +172,12 @@ def test_summary_counts_only_rules_that_fired() -> None:
 ])
 def test_looks_random(token: str, random: bool) -> None:
     assert looks_random(token) is random
+
+
+def test_a_secret_flag_and_its_value_as_separate_argv_items_is_masked() -> None:
+    r = redactor()
+    doc = r.document({"argv": ["train.py", "--api-key", "plainish123", "-password", "hunter2",
+                               "--max_steps", "50", "--key-file", "/etc/k", "--hub_token", "$HF_TOKEN"]})
+    assert doc["argv"] == ["train.py", "--api-key", MASK, "-password", MASK,
+                           "--max_steps", "50", "--key-file", "/etc/k", "--hub_token", "$HF_TOKEN"]
+    assert r.counts["secret_assignment"] == 2

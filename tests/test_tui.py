@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("textual")
 
+from rich.text import Text  # noqa: E402
 from textual.widgets import DataTable, Input, Static  # noqa: E402
 
 from doctor.case import Case  # noqa: E402
@@ -376,3 +377,156 @@ def test_the_real_app_in_a_terminal_exits_on_sighup(job: Path) -> None:
     os.close(fd)
     assert os.WIFEXITED(status), status
     assert os.WEXITSTATUS(status) == 130
+
+
+def test_rank_lines_with_brackets_show_as_printed_and_the_stop_key_works(tmp_path: Path) -> None:
+    """Rank output is text, not markup: `[rank0]:` stays, `[/data]` does not crash the app;
+    after Start the rank table has the focus, so `s` stops the run instead of typing into the form."""
+    line = "[rank0]: epoch [/data/set] [bold]done[/bold] and a tail long enough to need a wide column"
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "talk.py").write_text(f"import time\nprint({line!r}, flush=True)\ntime.sleep(120)\n")
+    app = make_app(Case(root=folder, env=dict(os.environ)),
+                   Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        screen.query_one("#command", Input).value = "talk.py"
+        screen.query_one("#nproc", Input).value = "1"
+        await pilot.click("#start")
+        table = screen.query_one("#ranks", DataTable)
+        await until(pilot, lambda: "epoch" in str(table.get_cell("0", "last")), what="the rank's line")
+        await pilot.pause(0.3)  # a refresh renders the cell
+        assert app.is_running
+        assert isinstance(app.focused, DataTable)
+        from textual.widgets._data_table import default_cell_formatter
+
+        shown = default_cell_formatter(table.get_cell("0", "last"))  # what the table draws
+        assert isinstance(shown, Text) and shown.plain == line[-80:]
+        assert table.ordered_columns[-1].width >= 80
+        assert plain(screen.query_one("#launch-verdict", Static)).startswith("running: s (or ctrl+c) stops")
+        await pilot.press("s")
+        await until(pilot, lambda: screen.summary is not None, what="the stop")
+        assert screen.query_one("#command", Input).value == "talk.py"
+
+    run_app(app, body, size=(200, 45))
+
+
+def _long_talker(tmp_path: Path) -> DoctorApp:
+    folder = tmp_path / "job"
+    folder.mkdir(exist_ok=True)
+    (folder / "talk.py").write_text("import time\nprint('step 1/9', flush=True)\ntime.sleep(120)\n")
+    return make_app(Case(root=folder, env=dict(os.environ)),
+                    Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
+
+
+def test_quitting_with_q_during_a_run_stops_the_ranks_and_exits(tmp_path: Path) -> None:
+    app = _long_talker(tmp_path)
+    pids: list[int] = []
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        screen.query_one("#command", Input).value = "talk.py"
+        screen.query_one("#nproc", Input).value = "2"
+        await pilot.click("#start")
+        await until(pilot, lambda: screen.launcher is not None and len(screen.launcher.pids()) == 2
+                    and all(s.last_line for s in screen.launcher.statuses()), what="both ranks")
+        pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
+        await pilot.press("q")  # focus is on the rank table: q reaches the app
+
+    run_app(app, body)
+    summary = app.launch_screen.summary  # type: ignore[attr-defined]
+    assert summary is not None and summary.exit_code == 130, "the ranks ran on instead of being stopped"
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_a_report_error_naming_a_bracketed_path_is_shown_verbatim(job: Path, tmp_path: Path) -> None:
+    target = tmp_path / "[/x]" / "ticket.md"  # its folder does not exist: the error names it
+    app = app_for(job)
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ReportScreen), what="the report screen")
+        screen = app.screen
+        assert isinstance(screen, ReportScreen)
+        screen.query_one("#report-path", Input).value = str(target)
+        await pilot.click("#write")
+        status = screen.query_one("#report-status", Static)
+
+        def shown() -> str:
+            return " ".join(plain(status).split())
+
+        await until(pilot, lambda: "does not exist" in shown(), what="the error")
+        await pilot.pause(0.2)
+        assert app.is_running
+        assert f"folder {target.parent} does not exist" in shown()
+
+    run_app(app, body)
+
+
+def test_space_toggles_the_first_remedy_at_once_also_after_an_apply(job: Path) -> None:
+    """The list shows a highlighted row from the start and after each re-plan: the first key acts."""
+    from textual.widgets import SelectionList
+
+    app = app_for(job)
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None,
+                    what="the plan")
+        screen = app.screen
+        assert isinstance(screen, FixScreen)
+        sel = screen.query_one("#fix-list", SelectionList)
+        first = sel.get_option_at_index(0).value
+        await pilot.press("space")
+        assert first not in sel.selected  # a safe remedy, preselected: space took it out
+        await pilot.press("space")
+        await pilot.press("a", "y")
+        await until(pilot, lambda: screen.changed, what="the apply")
+        await until(pilot, lambda: first not in [sel.get_option_at_index(i).value
+                                                 for i in range(sel.option_count)], what="the re-plan")
+        now_first = sel.get_option_at_index(0).value
+        assert now_first not in sel.selected  # unsafe: not preselected
+        await pilot.press("space")
+        assert now_first in sel.selected
+
+    run_app(app, body)
+
+
+def test_launch_key_during_a_run_keeps_the_running_screen_so_quit_still_stops_it(tmp_path: Path) -> None:
+    app = _long_talker(tmp_path)
+    pids: list[int] = []
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        screen.query_one("#command", Input).value = "talk.py"
+        screen.query_one("#nproc", Input).value = "1"
+        await pilot.click("#start")
+        await until(pilot, lambda: screen.launcher is not None and bool(screen.launcher.pids()), what="the rank")
+        pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        assert app.screen is screen
+        await pilot.press("q")
+
+    run_app(app, body)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

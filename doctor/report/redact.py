@@ -247,7 +247,15 @@ class Redactor:
                 return {self.text(str(k)): self.environment(v) for k, v in obj.items()}
             return {self.text(str(k)): self.value(v, str(k)) for k, v in obj.items()}
         if isinstance(obj, (list, tuple, set, frozenset)):
-            return [self.value(v, key) for v in obj]
+            out: list[Any] = []
+            for v in obj:  # an argv: `--api-key`, `VALUE` as two items; the flag's name decides
+                if (self.enabled and out and isinstance(v, str) and _secret_flag(out[-1])
+                        and not v.startswith("-") and not _keep_value(v)):
+                    self.counts["secret_assignment"] += 1
+                    out.append(MASK)
+                else:
+                    out.append(self.value(v, key))
+            return out
         if obj is None or isinstance(obj, (bool, int, float)):
             return obj
         return self.text(str(obj))  # a Path or any other object goes out as its text: redact that
@@ -267,6 +275,12 @@ class Redactor:
     def leaked(self, text: str) -> list[str]:
         """Known secret values still present in rendered output (a last safety net)."""
         return [s for s in self.secrets if s in text] if self.enabled else []
+
+
+def _secret_flag(item: Any) -> bool:
+    """`--api-key` / `-password` alone in an argv item: the next item is its value."""
+    m = re.fullmatch(r"--?([A-Za-z][\w-]*)", item) if isinstance(item, str) else None
+    return m is not None and secret_key_name(m.group(1))
 
 
 def _mask_value(m: re.Match[str]) -> str:

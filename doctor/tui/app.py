@@ -264,12 +264,16 @@ class DoctorApp(App[int]):
     def action_undo(self) -> None:
         from doctor.tui.fix import undo_all
 
-        self.notify(undo_all(self.case))
+        self.notify(undo_all(self.case), markup=False)
         self.action_rerun()
 
     def action_launch(self) -> None:
         from doctor.tui.launch import LaunchScreen
 
+        running = getattr(self, "launch_screen", None)
+        if running is not None and running.running:  # one run at a time; its screen keeps the ranks
+            self.notify("A run is going: stop it (s) before starting another.", severity="warning")
+            return
         facts = self.run_result.facts.computed() if self.run_result else None
         screen = LaunchScreen(self.case, self.options, facts)
         self.launch_screen = screen
@@ -280,6 +284,11 @@ class DoctorApp(App[int]):
 
         facts = self.run_result.facts.computed() if self.run_result else None
         self.push_screen(ReportScreen(self.case, self.options, facts))
+
+    async def action_quit(self) -> None:
+        """q and the palette's Quit: stop running ranks first (else the app would wait for them, blank)."""
+        await self.stop_ranks()
+        self.exit()
 
     async def action_stop_or_quit(self) -> None:
         launch = getattr(self, "launch_screen", None)

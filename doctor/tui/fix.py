@@ -161,6 +161,7 @@ class FixScreen(Screen[bool]):
         self.query_one("#fix-summary", Static).update(summary)
         self.show_preview()
         if ready:
+            sel.highlighted = 0  # a visible cursor, so the first space or arrow acts on a row
             sel.focus()
 
     @on(SelectionList.SelectedChanged, "#fix-list")
@@ -237,8 +238,8 @@ class FixScreen(Screen[bool]):
     def action_undo(self) -> None:
         text = undo_all(self.case)
         self.changed = self.changed or text.startswith("undone")
-        self.query_one("#fix-result", Static).update(text)
-        self.notify(text)
+        self.query_one("#fix-result", Static).update(Text(text))
+        self.notify(text, markup=False)
         self.plan_worker()
 
     def action_close(self) -> None:

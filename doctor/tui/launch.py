@@ -46,6 +46,7 @@ LOG_MAX_LINES = 2000
 LINES_PER_TICK = 60
 BUFFER_LINES = 5000
 REFRESH_S = 0.1
+LAST_LINE_WIDTH = 80  # characters of a rank's last line in the table (the log pane has all of it)
 GPU_HISTORY = 60
 STATE_STYLE = {"pending": "dim", "starting": "cyan", "running": "bold cyan", "done": "green",
                "failed": "bold red", "killed": "magenta"}
@@ -139,7 +140,8 @@ class LaunchScreen(Screen[None]):
     def on_mount(self) -> None:
         table = self.query_one("#ranks", DataTable)
         for key, label, width in (("rank", "rank", 4), ("state", "state", 8), ("pid", "pid", 8),
-                                  ("step", "step", 22), ("exit", "exit", 7), ("last", "last line", None)):
+                                  ("step", "step", 22), ("exit", "exit", 7),
+                                  ("last", "last line", LAST_LINE_WIDTH)):
             table.add_column(label, key=key, width=width)
         self.set_interval(REFRESH_S, self.refresh_view)
 
@@ -153,7 +155,7 @@ class LaunchScreen(Screen[None]):
         try:
             spec = self.build_spec()
         except ValueError as exc:
-            self.notify(str(exc), severity="error")
+            self.notify(str(exc), severity="error", markup=False)
             return
         self.start_run(spec)
 
@@ -195,6 +197,7 @@ class LaunchScreen(Screen[None]):
         self.gpu_monitor = GpuMonitor().start()
         self.started_wall = time.time()
         self.launcher.start()
+        table.focus()  # arrows pick the rank to follow, `s` stops: neither may type into the form
         self.await_summary(self.launcher, spec)
 
     @work(group="ranks", exit_on_error=False, description="following one rank's events")
@@ -234,8 +237,13 @@ class LaunchScreen(Screen[None]):
         if self.launcher is None:
             return
         table = self.query_one("#ranks", DataTable)
-        for st in self.launcher.statuses():
+        statuses = self.launcher.statuses()
+        for st in statuses:
             self.update_row(table, st)
+        if self.summary is None and not self.verdict and any(st.pid for st in statuses):
+            self.verdict = "running"  # replaced by the outcome when the run ends
+            self.query_one("#launch-verdict", Static).update(
+                Text(f"running: s (or ctrl+c) stops every rank; full logs in {self.launcher.run_dir}"))
         self.flush_log()
         self.update_gpus()
 
@@ -245,9 +253,9 @@ class LaunchScreen(Screen[None]):
         exit_text = "" if st.returncode is None else (st.signal or str(st.returncode))
         table.update_cell(key, "state", Text(state, style=STATE_STYLE.get(state, "")))
         table.update_cell(key, "pid", str(st.pid or ""))
-        table.update_cell(key, "step", st.progress_text)
+        table.update_cell(key, "step", Text(st.progress_text))  # rank output is text, never markup
         table.update_cell(key, "exit", exit_text)
-        table.update_cell(key, "last", st.last_line[-80:], update_width=False)
+        table.update_cell(key, "last", Text(st.last_line[-LAST_LINE_WIDTH:]), update_width=False)
 
     def flush_log(self) -> None:
         """Move the selected rank's new lines into the log pane, at most a screenful per tick.
@@ -277,7 +285,7 @@ class LaunchScreen(Screen[None]):
         samples, error = self.gpu_monitor.snapshot()
         note = self.query_one("#gpu-note", Static)
         if error:
-            note.update(f"GPUs: N/A ({error})")
+            note.update(Text(f"GPUs: N/A ({error})"))
             return
         note.update("GPUs: utilisation % (top) and memory % (bottom), last minute")
         box = self.query_one("#gpus", Vertical)

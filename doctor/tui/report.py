@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -73,7 +74,7 @@ class ReportScreen(ModalScreen[Path | None]):
     @on(Input.Submitted, "#report-path")
     def start_write(self) -> None:
         target = Path(self.query_one("#report-path", Input).value).expanduser()
-        self.query_one("#report-status", Static).update(f"writing {target}…")
+        self.query_one("#report-status", Static).update(Text(f"writing {target}…"))
         self.write_worker(target, self.query_one("#hash-hosts", Checkbox).value)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="report",
@@ -86,8 +87,8 @@ class ReportScreen(ModalScreen[Path | None]):
     def show_result(self, target: Path, code: int, words: str) -> None:
         status = self.query_one("#report-status", Static)
         if code == 2:
-            status.update(f"[red]{words or 'could not write the report'}[/]")
+            status.update(Text(words or "could not write the report", style="red"))  # paths are not markup
             return
         self.written = target
-        status.update(f"[green]{words}[/]")
-        self.app.notify(f"report written: {target}")
+        status.update(Text(words, style="green"))
+        self.app.notify(f"report written: {target}", markup=False)
