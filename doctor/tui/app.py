@@ -166,11 +166,19 @@ class DoctorApp(App[int]):
         if launch is not None:
             await launch.stop_run()
 
+    def run_in_progress(self, what: str) -> bool:
+        """True (and says so) while ranks run: the job's files must not change under them."""
+        launch = getattr(self, "launch_screen", None)
+        if launch is not None and launch.running:
+            self.notify(f"A run is going: stop it (s) before you {what}.", severity="warning")
+            return True
+        return False
+
     def playbook_checks(self) -> list[str]:
         return list(load_playbook(self.options.playbook).checks)
 
     def action_rerun(self) -> None:
-        if self.checks_running:
+        if self.checks_running or self.run_in_progress("re-run the checks"):
             return
         table = self.query_one("#checks", DataTable)
         table.clear()
@@ -252,6 +260,8 @@ class DoctorApp(App[int]):
     def action_fix(self) -> None:
         from doctor.tui.fix import FixScreen
 
+        if self.run_in_progress("change the job's files"):
+            return
         if self.run_result is None:
             self.notify("Wait for the checks to finish first.", severity="warning")
             return
@@ -264,6 +274,8 @@ class DoctorApp(App[int]):
     def action_undo(self) -> None:
         from doctor.tui.fix import undo_all
 
+        if self.run_in_progress("undo a fix"):
+            return
         self.notify(undo_all(self.case), markup=False)
         self.action_rerun()
 

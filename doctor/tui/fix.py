@@ -103,6 +103,10 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(event.button.id == "yes")
 
 
+def plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def remedy_label(rp: RemedyPlan) -> Text:
     style = {"safe": "green", "unsafe": "yellow", "manual": "cyan"}[rp.safety.value]
     files = ", ".join(sorted({c.path.name for c in rp.changes}))
@@ -155,9 +159,15 @@ class FixScreen(Screen[bool]):
         for rp in ready:
             sel.add_option(Selection(remedy_label(rp), rp.remedy_id, rp.safety == Safety.SAFE))
         other = [rp for rp in plan.remedies if rp.status != "ready"]
-        summary = (f"{len(ready)} remedies can be applied ({sum(rp.safety == Safety.SAFE for rp in ready)} safe, "
-                   f"preselected); {len(other)} need manual steps or nothing. "
-                   "space: toggle  a: apply  u: undo")
+        safe = sum(rp.safety == Safety.SAFE for rp in ready)
+        manual = [rp for rp in other if rp.status in ("manual", "cannot")]
+        summary = (f"{plural(len(ready), 'remedy', 'remedies')} to apply"
+                   + (f" ({safe} safe, preselected)" if safe else "")
+                   + (f"; {plural(len(manual), 'remedy needs', 'remedies need')} manual steps (below)"
+                      if manual else "")
+                   + ".  space: toggle  a: apply  u: undo")
+        if not ready:
+            summary = "Nothing to apply: every remedy here is applied or needs manual steps (below).  u: undo"
         self.query_one("#fix-summary", Static).update(summary)
         self.show_preview()
         if ready:
@@ -194,7 +204,8 @@ class FixScreen(Screen[bool]):
                 self.query_one("#fix-result", Static).update(f"applying {len(chosen)} remedies…")
                 self.apply_worker(chosen)
 
-        self.app.push_screen(ConfirmScreen(f"Apply {len(chosen)} remedies: {', '.join(chosen)}? "
+        self.app.push_screen(ConfirmScreen(f"Apply {plural(len(chosen), 'remedy', 'remedies')}: "
+                                           f"{', '.join(chosen)}? "
                                            "Backups and a journal go to .gpu-doctor/."), confirmed)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="fix", description="applying remedies")

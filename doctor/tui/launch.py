@@ -87,7 +87,9 @@ def timeline_text(workdir: Path, width: int = 130, timeout: float = 120.0) -> st
     if res.timed_out:
         return f"(no time breakdown: the trace analysis took longer than {timeout:.0f} s)"
     if res.returncode != 0:
-        why = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
+        lines = res.stderr.strip().splitlines() or [f"exit {res.returncode}"]
+        why = next((ln.split(": error: ", 1)[1] for ln in lines if ": error: " in ln
+                    and ln.startswith("gpu-doctor")), lines[-1])
         return f"(no time breakdown: {why})"
     return res.stdout.rstrip()
 
