@@ -133,6 +133,13 @@ def test_opening_a_finding_shows_its_evidence(job: Path) -> None:
         assert "SCOREP_TOTAL_MEMORY" in text
         assert "job.sbatch" in text
         assert "scorep-total-memory" in text  # the remedy, with its safety
+        ev = next(e for e in app.results["SCP003"].evidence if e.file and e.line)
+        source = (job / ev.file if not Path(ev.file).is_absolute() else Path(ev.file)).read_text().splitlines()
+        import re
+
+        neighbour = next(ln.strip() for ln in reversed(source[:ev.line - 1]) if ln.strip())
+        # the code around file:line is shown with its line numbers, not just the evidence line
+        assert re.search(rf"\b{ev.line - 1}\s*[│|]?\s*{re.escape(neighbour)}", text), text
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, FindingScreen), what="back")
 

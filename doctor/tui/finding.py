@@ -23,14 +23,19 @@ CONTEXT_LINES = 3
 MAX_SOURCE_BYTES = 2_000_000
 
 
-def evidence_renderable(ev: Evidence) -> RenderableType:
-    """An evidence line; with file:line, the source around it, highlighted."""
+def evidence_renderable(ev: Evidence, root: Path | None = None) -> RenderableType:
+    """An evidence line; with file:line, the source around it, highlighted.
+
+    Evidence names files relative to the job folder (`root`) or absolutely.
+    """
     head = Text.assemble(("• ", "bold"), (f"{ev.label}: " if ev.label else "", "bold"), ev.text)
     if not ev.file or not ev.line:
         if ev.file:
             head.append(f"  ({ev.file})", style="dim")
         return head
     path = Path(ev.file)
+    if not path.is_absolute() and root is not None:
+        path = root / path
     lexer = "python" if path.suffix == ".py" else ("bash" if path.suffix in (".sh", ".sbatch", "") else "text")
     try:
         if path.stat().st_size > MAX_SOURCE_BYTES:
@@ -67,7 +72,7 @@ class FindingScreen(Screen[None]):
                 if len(r.findings) > 1:
                     yield Static(Text.assemble(status_text(f.status), " ", f.message))
                 for ev in f.evidence:
-                    yield Static(evidence_renderable(ev), classes="evidence")
+                    yield Static(evidence_renderable(ev, self.case.root), classes="evidence")
             if not any(f.evidence for f in r.findings):
                 yield Static(Text("(no evidence recorded)", style="dim"))
             yield Static(Text("Remedies", style="bold underline"))
