@@ -539,3 +539,27 @@ def test_launch_key_during_a_run_keeps_the_running_screen_so_quit_still_stops_it
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_applying_a_fix_from_a_finding_returns_to_the_live_overview(job: Path) -> None:
+    app = app_for(job)
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.run_result is not None, what="the checks")
+        table = app.query_one("#checks", DataTable)
+        table.move_cursor(row=table.get_row_index("SCP003"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, FindingScreen), what="the detail screen")
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None,
+                    what="the plan")
+        fix = app.screen
+        await pilot.press("a", "y")
+        await until(pilot, lambda: fix.changed, what="the apply")
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, (FixScreen, FindingScreen)), what="the overview")
+        await until(pilot, lambda: app.run_result is not None and not app.checks_running
+                    and "SCP003" in app.results, what="the re-run")
+        assert app.results["SCP003"].status == Status.PASS  # the overview shows the fixed state
+
+    run_app(app, body)

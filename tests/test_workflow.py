@@ -110,3 +110,10 @@ def test_a_missing_python_is_a_usage_error_not_a_probe_failure() -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("gpu-doctor: error: --python '/nonexistent/python3': no such interpreter "
                                    "(not an executable file, not on PATH)")
+
+
+def test_launching_a_module_says_to_pass_the_script_file() -> None:
+    proc = gpu_doctor("launch", "--nproc", "2", "--", "-m", "pkg.train")
+    assert proc.returncode == 2
+    assert "`-m` launches are not supported" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0

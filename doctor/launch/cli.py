@@ -147,6 +147,9 @@ def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]
         raise UsageError("nothing to launch: give the training script after `--` "
                          "(gpu-doctor launch --nproc 2 -- train.py ...)")
     script, script_args = command[0], tuple(command[1:])
+    if script in ("-m", "-c"):
+        raise UsageError(f"`{script}` launches are not supported: pass the training script's file "
+                         "(each rank runs `python [-m scorep ...] FILE args`)")
     if Path(script).name in LAUNCHER_SCRIPTS or any(a in LAUNCHER_SCRIPTS for a in command[:3]):
         raise UsageError(f"{script!r} is a launcher: gpu-doctor launch starts every rank itself; pass the "
                          "training script (wrapping torchrun measures only its agent, LNC001)")

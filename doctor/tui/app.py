@@ -269,6 +269,10 @@ class DoctorApp(App[int]):
 
     def _after_fix(self, changed: bool | None) -> None:
         if changed:
+            from doctor.tui.finding import FindingScreen
+
+            while isinstance(self.screen, FindingScreen):  # its result is stale now: back to the live overview
+                self.pop_screen()
             self.action_rerun()
 
     def action_undo(self) -> None:
