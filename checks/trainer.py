@@ -156,7 +156,9 @@ def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
         if sp is not None and sp.mixed_precision in ("fp16", "bf16"):
             asked.append((sp.mixed_precision, ev(job, cmd.site, "accelerate"), cmd.site.data()))
     if not asked:
-        return [passed("no fp16/bf16 asked for")]
+        # TrainingArguments(fp16=True) in a script we could not read would go unseen.
+        unread = script_problems(job, [s for s in job.scripts if s.role != "snippet"], "TRN002")
+        return unread or [passed("no fp16/bf16 asked for")]
     key, where, site = asked[0]
     data = site | {"precision": key, "see": ["GPU003", "GPU004"]}
     nv = facts.get("nvml")

@@ -648,3 +648,10 @@ def test_trn002_when_torch_is_not_importable_says_unknown_not_fail(tmp_path: Pat
                               "python": "/usr/bin/python3", "torch_cuda": None}}
     out = run_check("TRN002", root, no_torch)
     assert worst(out) == Status.UNKNOWN and "--python" in out[0].message
+
+
+def test_trn002_does_not_pass_when_a_training_script_cannot_be_read(tmp_path: Path) -> None:
+    root = write_job(tmp_path, {"job.sh": "#!/bin/bash\ntorchrun --nproc_per_node 2 train.py\n",
+                                "train.py": "def broken(:\n    pass\n"})
+    out = run_check("TRN002", root)
+    assert worst(out) == Status.UNKNOWN and "train.py" in out[0].message
