@@ -77,6 +77,33 @@ async def until(pilot: Any, predicate: Callable[[], bool], timeout: float = 120.
         await pilot.pause(0.05)
 
 
+async def open_screen(pilot: Any, app: DoctorApp, key: str, kind: type[Any]) -> Any:
+    """Wait for the checks, press `key`, wait until a `kind` screen is on top; return it."""
+    await until(pilot, lambda: app.run_result is not None, what="the checks")
+    await pilot.press(key)
+    await until(pilot, lambda: isinstance(app.screen, kind), what=f"the {kind.__name__}")
+    return app.screen
+
+
+async def open_fix(pilot: Any, app: DoctorApp) -> FixScreen:
+    """The fix screen, once its plan is there."""
+    screen: FixScreen = await open_screen(pilot, app, "f", FixScreen)
+    await until(pilot, lambda: screen.plan is not None, what="the plan")
+    return screen
+
+
+async def start_ranks(pilot: Any, app: DoctorApp, command: str, nproc: int,
+                      env: dict[str, str] | None = None) -> LaunchScreen:
+    """Open the launch screen and start `nproc` ranks of `command` (with `env`, if given)."""
+    screen: LaunchScreen = await open_screen(pilot, app, "l", LaunchScreen)
+    screen.query_one("#command", Input).value = command
+    screen.query_one("#nproc", Input).value = str(nproc)
+    if env is not None:
+        screen.build_spec = _with_env(screen.build_spec, env)  # type: ignore[method-assign]
+    await pilot.click("#start")
+    return screen
+
+
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
     dst = tmp_path / "job"
@@ -152,12 +179,7 @@ def test_fix_flow_applies_verifies_and_undo_restores(job: Path) -> None:
     app = app_for(job)
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("f")
-        await until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None,
-                    what="the plan")
-        screen = app.screen
-        assert isinstance(screen, FixScreen)
+        screen = await open_fix(pilot, app)
         from textual.widgets import SelectionList
 
         selected = screen.query_one("#fix-list", SelectionList).selected
@@ -184,14 +206,7 @@ def test_launch_shows_both_ranks_finish(ddp_job: Path) -> None:
     app = app_for(ddp_job, playbook="post-run")
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-        screen = app.screen
-        assert isinstance(screen, LaunchScreen)
-        screen.query_one("#command", Input).value = "train.py"
-        screen.query_one("#nproc", Input).value = "2"
-        await pilot.click("#start")
+        screen = await start_ranks(pilot, app, "train.py", 2)
         await until(pilot, lambda: screen.summary is not None, what="the run")
         await pilot.pause(0.2)
         table = screen.query_one("#ranks", DataTable)
@@ -227,15 +242,7 @@ def test_stopping_a_run_leaves_no_rank_process(ddp_job: Path) -> None:
 
 async def start_long_run(pilot: Any, app: DoctorApp, env: dict[str, str]) -> LaunchScreen:
     """Open the launch screen, start 2 ranks of train.py with `env`, wait until both step."""
-    await until(pilot, lambda: app.run_result is not None, what="the checks")
-    await pilot.press("l")
-    await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-    screen = app.screen
-    assert isinstance(screen, LaunchScreen)
-    screen.query_one("#command", Input).value = "train.py"
-    screen.query_one("#nproc", Input).value = "2"
-    screen.build_spec = _with_env(screen.build_spec, env)  # type: ignore[method-assign]
-    await pilot.click("#start")
+    screen = await start_ranks(pilot, app, "train.py", 2, env)
     await until(pilot, lambda: screen.launcher is not None
                 and all((s.step or 0) >= 1 for s in screen.launcher.statuses()), what="steps")
     return screen
@@ -252,11 +259,7 @@ def test_exporting_a_report_writes_the_file(job: Path, tmp_path: Path) -> None:
     app = app_for(job)
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, ReportScreen), what="the report screen")
-        screen = app.screen
-        assert isinstance(screen, ReportScreen)
+        screen = await open_screen(pilot, app, "e", ReportScreen)
         screen.query_one("#report-path", Input).value = str(target)
         await pilot.click("#write")
         await until(pilot, lambda: screen.written is not None, what="the report")
@@ -281,10 +284,7 @@ def test_gpu_sparklines_render_from_nvml_samples(ddp_job: Path) -> None:
     app = app_for(ddp_job, playbook="post-run")
 
     async def body(pilot: Any) -> None:
-        await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-        screen = app.screen
-        assert isinstance(screen, LaunchScreen)
+        screen = await open_screen(pilot, app, "l", LaunchScreen)
         screen.gpu_monitor = Monitor()
         screen.update_gpus()
         screen.update_gpus()
@@ -399,14 +399,7 @@ def test_rank_lines_with_brackets_show_as_printed_and_the_stop_key_works(tmp_pat
                    Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-        screen = app.screen
-        assert isinstance(screen, LaunchScreen)
-        screen.query_one("#command", Input).value = "talk.py"
-        screen.query_one("#nproc", Input).value = "1"
-        await pilot.click("#start")
+        screen = await start_ranks(pilot, app, "talk.py", 1)
         table = screen.query_one("#ranks", DataTable)
         await until(pilot, lambda: "epoch" in str(table.get_cell("0", "last")), what="the rank's line")
         await pilot.pause(0.3)  # a refresh renders the cell
@@ -438,14 +431,7 @@ def test_quitting_with_q_during_a_run_stops_the_ranks_and_exits(tmp_path: Path) 
     pids: list[int] = []
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-        screen = app.screen
-        assert isinstance(screen, LaunchScreen)
-        screen.query_one("#command", Input).value = "talk.py"
-        screen.query_one("#nproc", Input).value = "2"
-        await pilot.click("#start")
+        screen = await start_ranks(pilot, app, "talk.py", 2)
         await until(pilot, lambda: screen.launcher is not None and len(screen.launcher.pids()) == 2
                     and all(s.last_line for s in screen.launcher.statuses()), what="both ranks")
         pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
@@ -465,11 +451,7 @@ def test_a_report_error_naming_a_bracketed_path_is_shown_verbatim(job: Path, tmp
     app = app_for(job)
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, ReportScreen), what="the report screen")
-        screen = app.screen
-        assert isinstance(screen, ReportScreen)
+        screen = await open_screen(pilot, app, "e", ReportScreen)
         screen.query_one("#report-path", Input).value = str(target)
         await pilot.click("#write")
         status = screen.query_one("#report-status", Static)
@@ -492,12 +474,7 @@ def test_space_toggles_the_first_remedy_at_once_also_after_an_apply(job: Path) -
     app = app_for(job)
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("f")
-        await until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None,
-                    what="the plan")
-        screen = app.screen
-        assert isinstance(screen, FixScreen)
+        screen = await open_fix(pilot, app)
         sel = screen.query_one("#fix-list", SelectionList)
         first = sel.get_option_at_index(0).value
         await pilot.press("space")
@@ -520,14 +497,7 @@ def test_launch_key_during_a_run_keeps_the_running_screen_so_quit_still_stops_it
     pids: list[int] = []
 
     async def body(pilot: Any) -> None:
-        await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-        screen = app.screen
-        assert isinstance(screen, LaunchScreen)
-        screen.query_one("#command", Input).value = "talk.py"
-        screen.query_one("#nproc", Input).value = "1"
-        await pilot.click("#start")
+        screen = await start_ranks(pilot, app, "talk.py", 1)
         await until(pilot, lambda: screen.launcher is not None and bool(screen.launcher.pids()), what="the rank")
         pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
         await pilot.press("l")
@@ -550,10 +520,7 @@ def test_applying_a_fix_from_a_finding_returns_to_the_live_overview(job: Path) -
         table.move_cursor(row=table.get_row_index("SCP003"))
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, FindingScreen), what="the detail screen")
-        await pilot.press("f")
-        await until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None,
-                    what="the plan")
-        fix = app.screen
+        fix = await open_fix(pilot, app)
         await pilot.press("a", "y")
         await until(pilot, lambda: fix.changed, what="the apply")
         await pilot.press("escape")
