@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from doctor import registry
+from doctor.atomic import write_atomic
 from doctor.cli import UsageError, case_from_args, print_json
 from doctor.playbook import PlaybookError, load_playbook
 from doctor.runner import CheckFinished, Event, run_checks
@@ -31,21 +30,6 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
                 if isinstance(f.data.get("matrix"), str):
                     print("\n".join(f"          {ln}" for ln in f.data["matrix"].splitlines()), file=sys.stderr)
     return on_event
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write text to path via a temp file and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
@@ -87,7 +71,9 @@ def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
     doc = run_json(run, args.fail_on, argv)
     if args.json_file:
         try:
-            write_atomic(Path(args.json_file), json.dumps(doc, indent=2, default=str) + "\n")
+            target = Path(args.json_file)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(target, (json.dumps(doc, indent=2, default=str) + "\n").encode("utf-8"))
         except OSError as exc:
             print(f"gpu-doctor: error: cannot write {args.json_file}: {exc.strerror or exc}",
                   file=sys.stderr)

@@ -13,11 +13,11 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from doctor.atomic import write_atomic
 from doctor.cli import Parser, UsageError, add_case_args, case_from_args, positive_float
 from doctor.report import bundle, collect, render_html, render_md
 from doctor.report.redact import MASK, RULES, Redactor
@@ -70,21 +70,11 @@ def check_writable(path: Path) -> None:
         raise UsageError(f"cannot write {path}: folder {parent} is not writable")
 
 
-def write_atomic(path: Path, data: bytes, private: bool) -> None:
-    """Temp file in the same folder, fsync, rename: readers never see half a report."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o600 if private else 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def report_mode(private: bool) -> int:
+    """0600 for an unredacted report, else what the umask allows."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o600 if private else 0o666 & ~umask
 
 
 def render(fmt: str, doc: dict[str, Any], extra: list[bundle.BundleFile], cap_mb: float,
@@ -183,7 +173,7 @@ def run_report(argv: list[str], preset_facts: dict[str, Any] | None = None) -> i
         assert target is not None
         data = render(fmt, doc, extra, args.max_bundle_mb, lambda text: scrub(text, redactor))
         try:
-            write_atomic(target, data, private=args.no_redact)
+            write_atomic(target, data, report_mode(private=args.no_redact))
         except OSError as exc:
             raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
         print(f"gpu-doctor: wrote {target} ({fmt}, {len(data)} bytes); redaction: "
