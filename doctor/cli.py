@@ -12,7 +12,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -42,24 +42,37 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
+def seconds(*, allow_zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds, above zero (or from zero with allow_zero)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
+            wanted = "0 or more seconds" if allow_zero else "a positive number of seconds"
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+        return value
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
-    return value
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {text!r}")
+        return value
+    return parse
+
+
+positive_float = seconds(allow_zero=False)
+non_negative_float = seconds(allow_zero=True)
+non_negative_int = whole_number(0)
+positive_int = whole_number(1)
 
 
 def add_case_args(p: argparse.ArgumentParser, path_default: str | None = None) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.case import Case
-from doctor.cli import Parser, UsageError, positive_float
+from doctor.cli import Parser, UsageError, non_negative_float, positive_float, positive_int
 from doctor.launch import slurm
 from doctor.launch.engine import Launcher
 from doctor.launch.events import RunSummary
@@ -32,26 +32,6 @@ from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, LaunchSpec
 from doctor.launch.view import LiveView, PlainView, summary_lines
 
 LAUNCHER_SCRIPTS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text!r}")
-    return value
 
 
 def build_parser() -> Parser:
