@@ -71,7 +71,7 @@ def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
     """Score-P on the job's PATH: scorep-config, version, CUDA support, Python bindings."""
     job = ctx.facts.get("job")
     env = job_env(job, dict(ctx.case.env))
-    path_var = env.get("PATH", os.defpath)
+    path_var = job_path(env)
     guard = ctx.case.gate and ctx.case.as_root
     # As root, nothing from the user's environment (LD_PRELOAD, PYTHONPATH...) reaches a probe.
     run_env = {"PATH": path_var, "LANG": "C"} if guard else env
@@ -104,7 +104,7 @@ def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
                 notes.append("`scorep-info config-summary` does not mention CUDA support")
         else:
             notes.append(f"`{info} config-summary` failed: {(res.stderr or res.stdout).strip()[:200] or 'no output'}")
-    python = _job_python(ctx, job, path_var)
+    python = job_python(ctx, job, path_var)
     out["python"] = python
     if python is None:
         notes.append("the job's Python interpreter was not found")
@@ -127,7 +127,13 @@ def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
     return out
 
 
-def _job_python(ctx: ProbeContext, job: Any, path_var: str) -> str | None:
+def job_path(env: dict[str, str]) -> str:
+    """The PATH the job's commands are looked up in."""
+    return env.get("PATH", os.defpath)
+
+
+def job_python(ctx: ProbeContext, job: Any, path_var: str) -> str | None:
+    """The interpreter the job runs: --python, else the job script's `python` on `path_var`."""
     if ctx.case.python:
         return shutil.which(ctx.case.python, path=path_var) or ctx.case.python
     if isinstance(job, Job) and job.python:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -231,11 +230,10 @@ def job_interpreter(ctx: ProbeContext) -> str:
     """--python, else the job's own interpreter when a job folder is examined, else this one."""
     if ctx.case.python or ctx.case.root is None:
         return ctx.case.job_python
-    from doctor.jobfolder.facts import _job_python, job_env
+    from doctor.jobfolder.facts import job_env, job_path, job_python
 
     job = ctx.facts.get("job")
-    path_var = job_env(job, dict(ctx.case.env)).get("PATH", os.defpath)
-    return _job_python(ctx, job, path_var) or ctx.case.job_python
+    return job_python(ctx, job, job_path(job_env(job, dict(ctx.case.env)))) or ctx.case.job_python
 
 
 def python_source(ctx: ProbeContext) -> str:
