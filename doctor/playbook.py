@@ -52,13 +52,12 @@ def load_playbook(name_or_path: str) -> Playbook:
     active = _check_list(path, data, "active_checks")
     registry.load_checks([*checks, *active])
     missing = [c for c in checks if c not in registry.CHECKS]
-    if missing and not data.get("allow_missing", False):
+    if missing:
         raise PlaybookError(f"{path}: unknown check IDs: {', '.join(missing)}")
-    present = tuple(c for c in checks if c in registry.CHECKS)
     return Playbook(
         name=str(data.get("name", path.stem)),
         description=str(data.get("description", "")),
-        checks=present,
+        checks=tuple(checks),
         reads_user_files=bool(data.get("reads_user_files", True)),
         remedies=tuple(data.get("remedies", ())),
         launch=dict(data.get("launch", {})),
