@@ -10,7 +10,7 @@ import datetime as dt
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +115,8 @@ def run_checks(case: Case, check_ids: Sequence[str], budget_s: float = 60.0,
     workers = max(1, min(len(needed), (os.cpu_count() or 2) * 2, 16))
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe")
     try:
-        futures = [pool.submit(facts.get, n) for n in needed]
+        for name in needed:  # start every probe at once; checks below wait on the ones they need
+            pool.submit(facts.get, name)
         done: dict[str, CheckResult] = {}
         results: list[CheckResult] = []
         for chk in checks:
@@ -130,7 +131,6 @@ def run_checks(case: Case, check_ids: Sequence[str], budget_s: float = 60.0,
             results.append(res)
             if on_event:
                 on_event(CheckFinished(res))
-        wait(futures, timeout=0)
     finally:
         # Threads still inside a probe hold only subprocesses with their own limits.
         pool.shutdown(wait=False, cancel_futures=True)
