@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from doctor.model import Layer, Outcome, Safety
+from doctor.model import LAYER_ORDER, Layer, Outcome, Safety
 
 if TYPE_CHECKING:
     from doctor.facts import Facts, ProbeContext
@@ -233,5 +233,4 @@ def get_check(check_id: str) -> Check:
 
 def all_checks() -> list[Check]:
     load()
-    layer_index = {layer.value: i for i, layer in enumerate(Layer)}
-    return sorted(CHECKS.values(), key=lambda c: (layer_index[c.layer], c.id))
+    return sorted(CHECKS.values(), key=lambda c: (LAYER_ORDER.index(c.layer), c.id))

@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
 from doctor.case import Case
-from doctor.model import CheckResult, Layer, Status
+from doctor.model import CheckResult, Status
 from doctor.playbook import load_playbook
 from doctor.runner import CheckFinished, CheckStarted, Event, Run, run_checks
 from doctor.verdict import counts, exit_code
@@ -334,5 +334,3 @@ def _with_path(args: argparse.Namespace, path: str) -> argparse.Namespace:
     args.path = path
     return args
 
-
-LAYERS = [layer.value for layer in Layer]
