@@ -323,14 +323,11 @@ def make_app(case: Case, options: Options | None = None) -> DoctorApp:
 def main(args: argparse.Namespace) -> int:
     from doctor.cli import case_from_args
 
-    case = case_from_args(args if args.path is not None else _with_path(args, "."))
+    if args.path is None:  # the app examines the current folder by default
+        args.path = "."
+    case = case_from_args(args)
     options = Options(playbook=args.playbook or "scorep-ddp", budget_s=args.timeout,
                       fail_on=args.fail_on)
     result = make_app(case, options).run()
     return int(result or 0)
-
-
-def _with_path(args: argparse.Namespace, path: str) -> argparse.Namespace:
-    args.path = path
-    return args
 
