@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 from doctor import registry
-from doctor.atomic import write_atomic
+from doctor.atomic import UnsafeFile, write_atomic
 from doctor.cli import UsageError, case_from_args, print_json
 from doctor.playbook import PlaybookError, load_playbook
 from doctor.runner import CheckFinished, Event, run_checks
+from doctor.safeopen import check_replaceable
 from doctor.verdict import ExitCode, exit_code, reason_line, run_json
 
 
@@ -38,6 +39,11 @@ def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
         playbook = load_playbook(name)
     except PlaybookError as exc:
         raise UsageError(str(exc)) from None
+    if args.json_file:  # refuse a device, FIFO or symlink before any check runs
+        try:
+            check_replaceable(args.json_file)
+        except UnsafeFile as exc:
+            raise UsageError(f"--json-file: cannot write {exc}") from None
     if playbook.reads_user_files and args.path is None:
         args.path = "."
     case = case_from_args(args, gate=True)
@@ -74,6 +80,9 @@ def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
             target = Path(args.json_file)
             target.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(target, (json.dumps(doc, indent=2, default=str) + "\n").encode("utf-8"))
+        except UnsafeFile as exc:
+            print(f"gpu-doctor: error: cannot write {exc}", file=sys.stderr)
+            return ExitCode.ERROR
         except OSError as exc:
             print(f"gpu-doctor: error: cannot write {args.json_file}: {exc.strerror or exc}",
                   file=sys.stderr)

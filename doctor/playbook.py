@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from doctor.safeopen import UnsafeFile, read_regular
+
 PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
 
 
@@ -39,7 +41,9 @@ def load_playbook(name_or_path: str) -> Playbook:
         if not path.is_file():
             raise PlaybookError(f"unknown playbook {name_or_path!r} (available: {', '.join(available())})")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_regular(path, 1 << 20).decode("utf-8"))
+    except UnsafeFile as exc:
+        raise PlaybookError(f"cannot read playbook {exc}") from None
     except OSError as exc:
         raise PlaybookError(f"{path}: cannot read playbook: {exc.strerror or exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -62,7 +62,7 @@ def fix_main(argv: list[str]) -> int:
     from doctor.remedy.planner import make_plan
     from doctor.remedy.verify import run_job_checks
 
-    imported = [f for name in args.findings for f in read_findings(Path(name))]
+    imported = [f for name in args.findings for f in read_findings(Path(name), case.root)]
     say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
     say(f"gpu-doctor fix: checking {case.root} ...")
     run = run_job_checks(case, budget_s=args.timeout)
@@ -149,10 +149,18 @@ def apply_and_verify(plan: Plan, case: Any, argv: list[str], say: Any) -> int:
     return 1 if failed else 0
 
 
-def read_findings(path: Path) -> list[Finding]:
-    """The findings of a gpu-doctor JSON verdict (`--json` / `--json-file` output)."""
+def read_findings(path: Path, root: Path | None = None) -> list[Finding]:
+    """The findings of a gpu-doctor JSON verdict (`--json` / `--json-file` output).
+
+    Every file a finding names must lie inside the job folder `root` (no `..`,
+    no symlink, absolute only below the folder): a findings file is input, and
+    must not steer a remedy to a file outside the job.
+    """
+    from doctor.limits import MAX_JSON_BYTES
+    from doctor.safeopen import read_regular
+
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_regular(path, MAX_JSON_BYTES).decode("utf-8"))
         out = []
         for check in doc["checks"]:
             for f in check.get("findings", []):
@@ -161,12 +169,36 @@ def read_findings(path: Path) -> list[Finding]:
                 out.append(Finding(check["id"], check.get("layer", ""), Status(f["status"]),
                                    str(f.get("message", "")), ev, tuple(f.get("remedies", [])),
                                    dict(f.get("entities", {})), dict(f.get("data", {}))))
-        return out
     except OSError as exc:
         raise UsageError(f"--findings {path}: cannot read: {exc.strerror or exc}") from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"--findings {path}: not a gpu-doctor JSON verdict ({type(exc).__name__}: {exc})") \
             from None
+    if root is not None:
+        for finding in out:
+            _check_named_files(path, finding, root)
+    return out
+
+
+def _check_named_files(source: Path, finding: Finding, root: Path) -> None:
+    from doctor.remedy.journal import JournalError, inside
+
+    named = [e.file for e in finding.evidence] + [finding.data.get("file"), finding.data.get("path")]
+    for file in named:
+        if file is None:
+            continue
+        text = str(file)
+        rel = text
+        if Path(text).is_absolute():
+            try:
+                rel = Path(text).relative_to(root).as_posix()
+            except ValueError:
+                raise UsageError(f"--findings {source}: {finding.check_id} names {text}, outside the job "
+                                 f"folder {root}; refusing it") from None
+        try:
+            inside(root, rel, "file")
+        except JournalError as exc:
+            raise UsageError(f"--findings {source}: {finding.check_id}: {exc}") from None
 
 
 def undo_parser() -> Parser:
@@ -190,12 +222,12 @@ def undo_main(argv: list[str]) -> int:
     from doctor.remedy.apply import undo
     from doctor.remedy.journal import transactions
 
-    if args.list:
-        for t in transactions(root):
-            state = "undone" if t.undone else t.end
-            print(f"{t.tx}  {state:<11} {', '.join(r['id'] for r in t.remedies)}")
-        return 0
     try:
+        if args.list:
+            for t in transactions(root):
+                state = "undone" if t.undone else t.end
+                print(f"{t.tx}  {state:<11} {', '.join(r['id'] for r in t.remedies)}")
+            return 0
         result = undo(root, tx=args.tx, everything=args.all, force=args.force)
     except RemedyError as exc:
         print(f"gpu-doctor: error: {exc}", file=sys.stderr)

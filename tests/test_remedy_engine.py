@@ -134,20 +134,20 @@ def test_a_write_that_fails_part_way_puts_the_written_files_back(job: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     plan = plan_for(job)
     before = snapshot(job)
-    real = remedy_files.replace_file
+    real = remedy_files.swap_in
     calls = []
 
-    def failing(tmp: Path, path: Path) -> None:
+    def failing(tmp: Path, path: Path, expect: str | None) -> None:
         if ".gpu-doctor" not in path.parts:
             calls.append(path)
             if len(calls) == 2:
                 raise OSError(28, "No space left on device", str(path))
-        real(tmp, path)
+        real(tmp, path, expect)
 
-    monkeypatch.setattr(remedy_files, "replace_file", failing)
+    monkeypatch.setattr(remedy_files, "swap_in", failing)
     with pytest.raises(RemedyError, match="No space left on device.*put back"):
         apply_plan(plan)
-    monkeypatch.setattr(remedy_files, "replace_file", real)
+    monkeypatch.setattr(remedy_files, "swap_in", real)
     assert snapshot(job) == before
     assert [t.end for t in transactions(job)] == ["aborted"]
 
@@ -161,14 +161,14 @@ from doctor.remedy import apply_plan, make_plan, files
 from remedy_util import seed_findings
 job, after = Path(sys.argv[1]), int(sys.argv[2])
 plan = make_plan(Case(root=job), seed_findings(job))
-real, done = files.replace_file, []
-def crashing(tmp, path):
+real, done = files.swap_in, []
+def crashing(tmp, path, expect):
     if ".gpu-doctor" not in path.parts and len(done) == after:
         os.kill(os.getpid(), signal.SIGKILL)  # the temp file is written, the rename never happens
-    real(tmp, path)
+    real(tmp, path, expect)
     if ".gpu-doctor" not in path.parts:
         done.append(path)
-files.replace_file = crashing
+files.swap_in = crashing
 apply_plan(plan)
 """
 
@@ -261,17 +261,18 @@ def test_a_torn_last_journal_line_is_ignored(job: Path) -> None:
     assert not (job / "run_ranks.sh").exists()
 
 
-def test_a_symlinked_script_keeps_its_link_and_the_target_is_edited(tmp_path: Path) -> None:
+def test_a_symlinked_script_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    """A rename would replace the link (or edit a file outside the folder): refused, untouched."""
     job = make_job(tmp_path / "job")
     real = tmp_path / "shared" / "train.py"
     real.parent.mkdir()
     (job / "train.py").rename(real)
     os.symlink(real, job / "train.py")
-    apply_plan(plan_for(job))
-    assert (job / "train.py").is_symlink()
-    assert "_load_scorep_user" in real.read_text()
-    undo(job)
-    assert "import scorep.user  # module-level import" in real.read_text()
+    before, shared = snapshot(job), real.read_bytes()
+    with pytest.raises(NotWritable, match="(symlink|outside the job folder).*nothing was written"):
+        apply_plan(plan_for(job))
+    assert (job / "train.py").is_symlink() and real.read_bytes() == shared
+    assert snapshot(job) == before
 
 
 def _run_with(job: Path, results: dict[str, tuple[Status, tuple[str, ...]]]) -> Run:

@@ -10,10 +10,13 @@ Command line equivalent: `find PATH -maxdepth 3 -name scorep.cfg`.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from doctor.safeopen import open_text
 
 RANK_DIR = re.compile(r"^scorep[_-]?rank[_-]?(\d+)$", re.IGNORECASE)
 DATED_DIR = re.compile(r"^scorep-\d{8}_\d{4}_")
@@ -23,6 +26,7 @@ MARKERS = ("scorep.cfg", "traces.otf2", "profile.cubex", "MANIFEST.md")
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", "site-packages", ".tox",
              ".mypy_cache", ".pytest_cache", ".ruff_cache", "traces"}
 MAX_DEPTH = 3
+MAX_CFG_LINES = 100_000  # scorep.cfg / MANIFEST.md lines read (Score-P writes a few hundred)
 MAX_DIRS = 20000
 OFF_VALUES = {"", "no", "false", "0", "none", "off"}
 
@@ -70,8 +74,8 @@ def parse_scorep_cfg(path: Path) -> ScorepConfig:
     """Parse `NAME=value` lines; Score-P quotes strings and set members ('a','b')."""
     values: dict[str, str] = {}
     lines: dict[str, int] = {}
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for lineno, raw in enumerate(fh, 1):
+    with open_text(path) as fh:
+        for lineno, raw in enumerate(itertools.islice(fh, MAX_CFG_LINES), 1):
             line = raw.strip()
             if not line or line.startswith("#") or "=" not in line:
                 continue
@@ -95,8 +99,8 @@ def parse_manifest(path: Path) -> tuple[str, ...]:
     """The variables MANIFEST.md lists under 'explicitly set'."""
     names: list[str] = []
     in_list = False
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for raw in fh:
+    with open_text(path) as fh:
+        for raw in itertools.islice(fh, MAX_CFG_LINES):
             if "explicitly set" in raw:
                 in_list = True
                 continue
@@ -149,8 +153,8 @@ def read_experiment(path: Path, kind: str, rank: int | None) -> ExperimentDir:
     if "MANIFEST.md" in entries:
         try:
             explicit = parse_manifest(path / "MANIFEST.md")
-        except OSError:
-            pass
+        except OSError as exc:
+            problems.append(f"MANIFEST.md unreadable: {exc.strerror or exc}")
     anchor = str(path / "traces.otf2") if "traces.otf2" in entries else None
     profile = str(path / "profile.cubex") if "profile.cubex" in entries else None
     if not entries:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from doctor.safeopen import open_binary
+
 BLOCK = 1 << 20  # fits in L2/L3 for the search and the newline count that follows
 MAX_CARRY = 16 << 20  # a line longer than this is cut (a match across the cut is lost)
 MAX_PER_FILE = 50  # matches kept per (file, signature)
@@ -263,7 +265,7 @@ def scan_file(path: str | Path, deadline: float | None = None) -> list[dict[str,
     before = 0  # newlines before the current block: the carried line is line before + 1
     offset = 0
     head = b""  # the unfinished line before the current block (no newline in it)
-    with open(path, "rb") as fh:
+    with open_binary(path) as fh:
         while True:
             block = fh.read(BLOCK)
             if not block:

@@ -145,11 +145,16 @@ def read_summaries(items: list[tuple[str, str]], timeout: float,
                    isolated: bool = False) -> list[DataSummary]:
     """Read (kind, path) items in one child; a crash or timeout becomes an error per item."""
     from doctor.isolate import run_isolated
+    from doctor.safeopen import problem, trace_problem
 
+    # A FIFO or a device in the archive would hang or flood the OTF2 library: named, not read.
+    unsafe = {item: (trace_problem(item[1]) if item[0] == "trace" else problem(item[1])) for item in items}
+    refused = [DataSummary(k, p, False, error=unsafe[(k, p)] or "") for k, p in items if unsafe[(k, p)]]
+    items = [item for item in items if not unsafe[item]]
     if not items:
-        return []
+        return refused
     if timeout <= 0:
-        return [DataSummary(k, p, False, error="no time left to read it") for k, p in items]
+        return refused + [DataSummary(k, p, False, error="no time left to read it") for k, p in items]
     res = run_isolated(reader_argv(items, isolated), timeout)
     got: dict[tuple[str, str], DataSummary] = {}
     for line in res.stdout.splitlines():
@@ -159,7 +164,7 @@ def read_summaries(items: list[tuple[str, str]], timeout: float,
             continue
         got[(summary.source, summary.path)] = summary
     why = _child_failure(res)
-    return [got.get(item) or DataSummary(item[0], item[1], False, error=why) for item in items]
+    return refused + [got.get(item) or DataSummary(item[0], item[1], False, error=why) for item in items]
 
 
 def _child_failure(res: Any) -> str:

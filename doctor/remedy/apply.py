@@ -21,6 +21,7 @@ from pathlib import Path
 
 from doctor.remedy import files, journal
 from doctor.remedy.model import FileTarget, NotWritable, Plan, RemedyError, StaleFile, sha256
+from doctor.safeopen import UnsafeFile, check_replaceable
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,21 @@ class UndoResult:
 
 def _current(path: Path) -> bytes | None:
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
+        return files.current(path)
+    except UnsafeFile as exc:
+        raise NotWritable(f"{exc}; nothing was written") from None
     except OSError as exc:
         raise RemedyError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _target(root: Path, path: Path) -> Path:
+    """`path` checked to lie inside the job folder, reached without a symlink."""
+    try:
+        rel = journal.relative(root, path)
+    except ValueError:
+        raise NotWritable(f"{path} is outside the job folder {root}; gpu-doctor only writes inside it "
+                          "(nothing was written)") from None
+    return journal.inside(root, rel, "file")
 
 
 def pending_targets(plan: Plan) -> tuple[list[FileTarget], list[FileTarget]]:
@@ -65,12 +76,17 @@ def pending_targets(plan: Plan) -> tuple[list[FileTarget], list[FileTarget]]:
 
 
 def _preflight(root: Path, todo: list[FileTarget]) -> None:
-    folder = journal.state_dir(root)
-    if folder.exists():
+    folder = journal.checked_state_dir(root)
+    if folder is not None:
         files.probe_folder(folder)
     else:
         files.probe_folder(root)
     for t in todo:
+        _target(root, t.path)
+        try:
+            check_replaceable(t.path, single_link=True)
+        except UnsafeFile as exc:
+            raise NotWritable(f"{exc}; nothing was written") from None
         if not t.created:
             files.require_writable(t.path)
         files.probe_folder(t.path.parent)
@@ -87,43 +103,53 @@ def new_tx() -> str:
 def apply_plan(plan: Plan, argv: Sequence[str] = ()) -> ApplyResult:
     """Write the plan's files. Raises StaleFile / NotWritable / RemedyError with nothing changed."""
     root = plan.root
+    for t in plan.files:
+        _target(root, t.path)
     todo, done = pending_targets(plan)
     if not todo:
         return ApplyResult(None, (), tuple(t.path for t in done))
     _preflight(root, todo)
-    with journal.locked(root):
+    with journal.locked(root):  # concurrent applies take turns; the second re-checks below
         todo, done = pending_targets(plan)  # again, under the lock
         if not todo:
             return ApplyResult(None, (), tuple(t.path for t in done))
+        _preflight(root, todo)
         tx = new_tx()
         entries = _backup(root, tx, todo)
         journal.append(root, {"type": "begin", "tx": tx, "root": str(root), "argv": list(argv),
-                              "remedies": _remedy_records(plan), "files": entries})
+                              "remedies": _remedy_records(plan, root), "files": entries})
         written: list[FileTarget] = []
         try:
             for t, entry in zip(todo, entries, strict=True):
                 _install(t, entry, tx)
                 written.append(t)
-        except OSError as exc:
+        except (OSError, RemedyError) as exc:
             restored = _roll_back(root, written, entries, tx)
             journal.append(root, {"type": "abort", "tx": tx, "reason": str(exc),
-                                  "restored": [str(p) for p in restored]})
+                                  "restored": [journal.relative(root, p) for p in restored]})
+            if isinstance(exc, RemedyError):
+                raise type(exc)(f"{exc}; the files already written were put back") from None
             raise RemedyError(f"cannot write {getattr(exc, 'filename', '') or 'a file'}: "
                               f"{exc.strerror or exc}; the files already written were put back") from None
-        journal.append(root, {"type": "commit", "tx": tx, "written": [str(t.path) for t in todo]})
+        journal.append(root, {"type": "commit", "tx": tx,
+                              "written": [journal.relative(root, t.path) for t in todo]})
     return ApplyResult(tx, tuple(t.path for t in todo), tuple(t.path for t in done))
 
 
-def _remedy_records(plan: Plan) -> list[dict[str, object]]:
+def _remedy_records(plan: Plan, root: Path) -> list[dict[str, object]]:
     return [{"id": rp.remedy_id, "safety": rp.safety.value, "title": rp.title,
-             "checks": list(rp.checks), "files": [str(p) for p in rp.files]} for rp in plan.ready]
+             "checks": list(rp.checks), "files": [journal.relative(root, p) for p in rp.files]}
+            for rp in plan.ready]
 
 
 def _backup(root: Path, tx: str, todo: list[FileTarget]) -> list[dict[str, object]]:
-    folder = journal.state_dir(root) / "backups" / tx
+    state = journal.checked_state_dir(root, create=True)
+    assert state is not None
+    folder = journal.inside(state, f"{journal.BACKUPS}/{tx}", "backup folder")
     entries: list[dict[str, object]] = []
     for i, t in enumerate(todo):
-        entry: dict[str, object] = {"path": str(t.path), "action": "create" if t.created else "edit",
+        entry: dict[str, object] = {"path": journal.relative(root, t.path),
+                                    "action": "create" if t.created else "edit",
                                     "before_sha256": t.before_sha256, "after_sha256": t.after_sha256,
                                     "backup": None, "mode": t.mode}
         if not t.created:
@@ -131,13 +157,13 @@ def _backup(root: Path, tx: str, todo: list[FileTarget]) -> list[dict[str, objec
                 folder.mkdir(parents=True)
                 files.adopt(folder.parent, root)
                 files.adopt(folder, root)
-            data = t.path.read_bytes()
+            data = _current(t.path) or b""
             if sha256(data) != t.before_sha256:
                 raise StaleFile(f"{t.path} changed while applying; nothing was written")
             backup = folder / f"{i}-{t.path.name}.bak"
             files.write_durable(backup, data, 0o600, tx, files.owner_of(root) if os.geteuid() == 0 else None)
-            entry["backup"] = str(backup.relative_to(journal.state_dir(root)))
-            entry["mode"] = t.path.stat().st_mode & 0o7777
+            entry["backup"] = journal.relative(state, backup)
+            entry["mode"] = os.lstat(t.path).st_mode & 0o7777
         entries.append(entry)
     return entries
 
@@ -148,10 +174,9 @@ def _install(t: FileTarget, entry: dict[str, object], tx: str) -> None:
     owner = files.owner_of(t.path) if not t.created else files.owner_of(t.path.parent)
     tmp = files.write_temp(t.path, t.after, mode, tx, owner if os.geteuid() == 0 else None)
     try:
-        files.replace_file(tmp, t.path)
-    except BaseException:
+        files.swap_in(tmp, t.path, t.before_sha256)  # compare-and-swap: refuses if the user changed it
+    finally:
         tmp.unlink(missing_ok=True)
-        raise
 
 
 def _roll_back(root: Path, written: list[FileTarget], entries: list[dict[str, object]],
@@ -159,26 +184,58 @@ def _roll_back(root: Path, written: list[FileTarget], entries: list[dict[str, ob
     restored = []
     by_path = {e["path"]: e for e in entries}
     for t in reversed(written):
-        _restore(root, by_path[str(t.path)], tx)
+        entry = by_path[journal.relative(root, t.path)]
+        _restore(root, entry, tx, t.after_sha256)
         restored.append(t.path)
     return restored
 
 
-def _restore(root: Path, entry: dict[str, object], tx: str) -> str:
-    """Put one file back; returns 'restored', 'removed' or 'unchanged'."""
-    path = Path(str(entry["path"]))
+def _backup_path(root: Path, entry: dict[str, object]) -> Path:
+    """The backup of an edited file: only ever under `.gpu-doctor/backups/`."""
+    rel = entry.get("backup")
+    state = journal.state_dir(root)
+    if not isinstance(rel, str) or not rel.startswith(journal.BACKUPS + "/"):
+        raise journal.JournalError(f"the backup {rel!r} of {entry.get('path')} is not under "
+                                   f"{state}/{journal.BACKUPS}/; nothing was undone")
+    return journal.inside(state, rel, "backup")
+
+
+def _restore_mode(path: Path, recorded: object) -> int:
+    """The mode to restore with: never a bit the file does not have now (no setuid from a journal)."""
+    try:
+        now = os.lstat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        now = None
+    mode = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 0o644
+    if now is not None:
+        if mode & ~now:
+            raise journal.JournalError(f"the journal would give {path} mode {mode:o}, with bits it does "
+                                       f"not have now ({now:o}); nothing was undone")
+        return mode
+    return mode & 0o777
+
+
+def _restore(root: Path, entry: dict[str, object], tx: str, expect: str | None) -> str:
+    """Put one file back if it still holds `expect`; returns 'restored', 'removed' or 'unchanged'."""
+    path = journal.inside(root, entry["path"], "file")
     cur = _current(path)
     cur_sha = None if cur is None else sha256(cur)
     files.temp_name(path, tx).unlink(missing_ok=True)  # a temp left by a crash
     if cur_sha == entry["before_sha256"]:
         return "unchanged"
+    if cur_sha != expect:
+        raise StaleFile(f"{path} changed while undoing; it was left as it is")
     if entry["action"] == "create":
+        check_replaceable(path, single_link=True)
         files.remove_durable(path)
         return "removed"
-    data = (journal.state_dir(root) / str(entry["backup"])).read_bytes()
-    mode = entry.get("mode")
-    files.write_durable(path, data, mode if isinstance(mode, int) else 0o644, f"undo-{tx}",
-                        files.owner_of(path) if os.geteuid() == 0 else None)
+    data = files.current(_backup_path(root, entry)) or b""
+    mode = _restore_mode(path, entry.get("mode"))
+    tmp = files.write_temp(path, data, mode, f"undo-{tx}", files.owner_of(path) if os.geteuid() == 0 else None)
+    if cur is None:
+        files.swap_in(tmp, path, None)
+    else:
+        files.swap_in(tmp, path, cur_sha)
     return "restored"
 
 
@@ -198,38 +255,53 @@ def undo(root: Path, *, tx: str | None = None, everything: bool = False,
     removed: list[Path] = []
     with journal.locked(root):
         for t in chosen:
-            _undo_preflight(root, t, force)
             r: list[Path] = []
             m: list[Path] = []
+            seen = _undo_preflight(root, t, force)
             for entry in reversed(t.files):
-                what = _restore(root, entry, t.tx)
+                what = _restore(root, entry, t.tx, seen[str(entry["path"])])
                 if what == "restored":
-                    r.append(Path(entry["path"]))
+                    r.append(root / str(entry["path"]))
                 elif what == "removed":
-                    m.append(Path(entry["path"]))
-            journal.append(root, {"type": "undo", "tx": t.tx, "restored": [str(p) for p in r],
-                                  "removed": [str(p) for p in m]})
+                    m.append(root / str(entry["path"]))
+            journal.append(root, {"type": "undo", "tx": t.tx,
+                                  "restored": [journal.relative(root, p) for p in r],
+                                  "removed": [journal.relative(root, p) for p in m]})
             restored += r
             removed += m
     return UndoResult(tuple(t.tx for t in chosen), tuple(restored), tuple(removed))
 
 
-def _undo_preflight(root: Path, t: journal.Transaction, force: bool) -> None:
+def _undo_preflight(root: Path, t: journal.Transaction, force: bool) -> dict[str, str | None]:
+    """Check every file of `t` before touching any; returns each file's SHA-256 now."""
+    seen: dict[str, str | None] = {}
     for entry in t.files:
-        path = Path(entry["path"])
+        path = journal.inside(root, entry["path"], "file")
         cur = _current(path)
         cur_sha = None if cur is None else sha256(cur)
+        seen[str(entry["path"])] = cur_sha
         if entry["action"] == "edit":
-            backup = journal.state_dir(root) / str(entry.get("backup"))
-            if not backup.is_file() or sha256(backup.read_bytes()) != entry["before_sha256"]:
+            backup = _backup_path(root, entry)
+            try:
+                data = files.current(backup)
+            except OSError:
+                data = None
+            if data is None or sha256(data) != entry["before_sha256"]:
                 raise RemedyError(f"the backup of {path} ({backup}) is missing or damaged; "
                                   "nothing was undone")
         if cur_sha not in (entry["before_sha256"], entry["after_sha256"]) and not force:
             raise StaleFile(f"{path} changed after gpu-doctor applied {t.tx}; nothing was undone "
                             "(use --force to put the old content back anyway)")
         if cur_sha != entry["before_sha256"]:
+            try:
+                check_replaceable(path, single_link=True)
+            except UnsafeFile as exc:
+                raise NotWritable(f"{exc}; nothing was undone") from None
+            if entry["action"] == "edit":
+                _restore_mode(path, entry.get("mode"))
             files.require_writable(path)
             files.probe_folder(path.parent)
+    return seen
 
 
 __all__ = ["ApplyResult", "UndoResult", "apply_plan", "undo", "pending_targets",

@@ -16,8 +16,10 @@ from typing import Any
 
 from doctor.case import Case
 from doctor.model import Finding, Status
+from doctor.remedy.files import current
 from doctor.remedy.model import CREATE, CannotPlan, Change
 from doctor.remedy.text import TextDoc
+from doctor.safeopen import UnsafeFile
 
 
 class Draft:
@@ -31,11 +33,12 @@ class Draft:
     def read(self, path: Path) -> bytes | None:
         """The planned content of `path`, or None where it does not exist (yet)."""
         if path not in self.original:
-            try:
-                data: bytes | None = path.read_bytes()
-                self.modes[path] = os.stat(path).st_mode & 0o7777
-            except FileNotFoundError:
-                data = None
+            try:  # never through a symlink, never a FIFO or a device: a plan only edits files
+                data: bytes | None = current(path)
+                if data is not None:
+                    self.modes[path] = os.lstat(path).st_mode & 0o7777
+            except UnsafeFile as exc:
+                raise CannotPlan(str(exc)) from None
             except (IsADirectoryError, NotADirectoryError):
                 raise CannotPlan(f"{path} is not a file") from None
             except OSError as exc:

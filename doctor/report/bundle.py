@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from doctor import safeopen
 from doctor.report import sources
 
 TOP = "gpu-doctor-report"
@@ -72,7 +73,8 @@ def gather(doc: Mapping[str, Any], root: Path | None) -> list[BundleFile]:
                                     f"# last {len(tail)} lines of {r['log']}\n" + "\n".join(tail) + "\n"))
     for path in _scorep_cfgs(doc, root):
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")[:256 * 1024]
+            with safeopen.open_text(path) as fh:
+                text = fh.read(256 * 1024)
         except OSError:
             continue
         files.append(BundleFile("scorep", str(path.parent), "/scorep.cfg", text))

@@ -21,6 +21,7 @@ from doctor.atomic import write_atomic
 from doctor.cli import Parser, UsageError, add_case_args, case_from_args, positive_float
 from doctor.report import bundle, collect, render_html, render_md
 from doctor.report.redact import MASK, RULES, Redactor
+from doctor.safeopen import UnsafeFile, check_replaceable
 from doctor.verdict import ExitCode
 
 FORMATS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html",
@@ -63,6 +64,10 @@ def check_writable(path: Path) -> None:
     """Fail before any check runs if the report could not be written there."""
     if path.is_dir():
         raise UsageError(f"cannot write {path}: it is a folder")
+    try:
+        check_replaceable(path)
+    except UnsafeFile as exc:
+        raise UsageError(f"cannot write {exc}") from None
     parent = path.parent
     if not parent.is_dir():
         raise UsageError(f"cannot write {path}: folder {parent} does not exist")
@@ -174,6 +179,8 @@ def run_report(argv: list[str], preset_facts: dict[str, Any] | None = None) -> i
         data = render(fmt, doc, extra, args.max_bundle_mb, lambda text: scrub(text, redactor))
         try:
             write_atomic(target, data, report_mode(private=args.no_redact))
+        except UnsafeFile as exc:
+            raise UsageError(f"cannot write {exc}") from None
         except OSError as exc:
             raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
         print(f"gpu-doctor: wrote {target} ({fmt}, {len(data)} bytes); redaction: "

@@ -30,7 +30,10 @@ def remedy_journal(root: Path | None) -> dict[str, Any]:
     except ImportError:
         entries = [e for e in (_journal_entry(r) for r in read_jsonl(path)) if e]
     else:
-        entries = [e for t in journal.transactions(root) for e in _transaction_entries(t)]
+        try:
+            entries = [e for t in journal.transactions(root) for e in _transaction_entries(t)]
+        except journal.RemedyError as exc:
+            return {"path": str(path), "entries": [], "note": f"the journal cannot be read: {exc}"}
         entries += [e for e in (_journal_entry(r) for r in read_jsonl(path) if "tx" not in r) if e]
     return {"path": str(path), "entries": entries, "note": None if entries else "the journal holds no remedy"}
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from doctor import safeopen
+
 STATE_DIR = ".gpu-doctor"
 CONTEXT_LINES = 3
 MAX_LINE = 400
@@ -26,7 +28,7 @@ def first_field(obj: Any, *keys: str) -> Any:
 
 def os_release(path: Path = Path("/etc/os-release")) -> str | None:
     try:
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in safeopen.read_text(path, 1 << 20).splitlines():
             if line.startswith("PRETTY_NAME="):
                 return line.split("=", 1)[1].strip().strip('"')
     except OSError:
@@ -42,9 +44,7 @@ def clip(text: str, limit: int = MAX_LINE) -> str:
 
 def read_json(path: Path) -> Any:
     try:
-        if path.stat().st_size > MAX_RUN_FILE:
-            return None
-        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        return json.loads(safeopen.read_text(path, MAX_RUN_FILE))
     except (OSError, ValueError):
         return None
 
@@ -52,7 +52,7 @@ def read_json(path: Path) -> Any:
 def read_jsonl(path: Path) -> list[Any]:
     out = []
     try:
-        with path.open(encoding="utf-8", errors="replace") as fh:
+        with safeopen.open_text(path) as fh:
             for line in itertools.islice(fh, 10_000):
                 try:
                     out.append(json.loads(line))
@@ -73,7 +73,7 @@ def _resolve(file: str, root: Path | None) -> Path:
 def read_lines(path: Path, first: int, last: int) -> list[tuple[int, str]]:
     """Lines first..last (1-based, inclusive), streamed so huge logs are fine."""
     try:
-        with path.open(encoding="utf-8", errors="replace", newline="\n") as fh:
+        with safeopen.open_text(path, newline="\n") as fh:
             chosen = itertools.islice(fh, max(first - 1, 0), last)
             return [(first + i, clip(line)) for i, line in enumerate(chosen)]
     except OSError:
@@ -103,7 +103,7 @@ def log_excerpts(matches: Any, root: Path | None) -> list[dict[str, Any]]:
 def log_tail(path: Path, count: int = 40) -> list[str]:
     """The last `count` lines of a file (for per-rank logs in the bundle)."""
     try:
-        with path.open("rb") as fh:
+        with safeopen.open_binary(path) as fh:
             fh.seek(0, 2)
             size = fh.tell()
             fh.seek(max(0, size - 64 * 1024))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from doctor.safeopen import trace_problem
 from doctor.timeline.classify import Kind, gpu_device, region_kind, role_name
 from doctor.timeline.model import RankTimeline
 from doctor.timeline.sweep import RankSweep
@@ -47,6 +48,9 @@ def read_trace(experiment: Path, step_regex: re.Pattern[str], window: str = "reg
     import otf2
 
     anchor = experiment / "traces.otf2"
+    unsafe = trace_problem(anchor)
+    if unsafe is not None:
+        raise TraceError(unsafe)
     try:
         reader = otf2.reader.Reader(str(anchor))
     except Exception as exc:  # the otf2 package raises its own and ctypes errors alike
