@@ -141,7 +141,7 @@ def check_replaceable(path: str | os.PathLike[str], *, single_link: bool = False
     """
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there: the write itself says why
         return
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeFile(path, "a symlink; refusing to replace it (name the file it points to instead)")
