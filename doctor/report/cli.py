@@ -151,7 +151,7 @@ def make_report(args: argparse.Namespace, argv: list[str], preset_facts: dict[st
         homes=homes, users=users, hosts=collect.host_names(run))
     extra: list[bundle.BundleFile] = []
     if args.output and output_format(args.output) == "bundle":
-        extra = [f.redacted(redactor.text) for f in bundle.gather(raw, case.root)]
+        extra = [f.redacted(redactor.file_text) for f in bundle.gather(raw, case.root)]
     doc = redactor.document(raw)
     doc["redaction"] = redactor.summary()
     return int(exit_code(run, args.fail_on)), doc, redactor, extra

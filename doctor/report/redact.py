@@ -46,7 +46,10 @@ RULES: dict[str, str] = {
     "github_token": "GitHub tokens (ghp_..., github_pat_...) masked",
     "aws_access_key": "AWS access key ids (AKIA...) masked",
     "api_token": "other API token shapes (sk-..., xox?-..., glpat-..., JWTs) masked",
-    "secret_assignment": "NAME=value / --name value where the name says secret: value masked",
+    "pem_block": "every line inside a PEM block (-----BEGIN ... to -----END ...) masked",
+    "email": "e-mail addresses masked",
+    "secret_assignment": "NAME=value / --name value / \"name\": \"value\" / password X where the name says "
+                         "secret: the whole value masked",
     "high_entropy": "long random-looking strings masked",
     "gpu_uuid": "GPU UUIDs replaced by a short hash",
     "home_dir": "home folders replaced by ~ or /home/<user>",
@@ -67,6 +70,15 @@ _VENDOR = (
 )
 # NAME=value, NAME: value, "name": "value"; the name decides (`secret_key_name`), not the regex.
 _ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)([\"']?\s*[=:]\s*[\"']?)([^\s\"',;}\]]+)")
+# A quoted value after a secret-looking key ("db_password": "correct battery staple"): all of it.
+_QUOTED_ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)([\"']?[ \t]*[=:][ \t]*)([\"'])([^\"'\n]{1,4096})\3")
+# YAML / INI / prose: `password: correct battery staple`, `passwd = x y`: to the end of the line.
+_LINE_ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)([ \t]*[=:][ \t]*)([^\"'\s][^\n]*)")
+# Prose and netrc: `login with password X`, `machine h login u password X`.
+_PROSE = re.compile(r"(?i)\b(password|passwd|passphrase)(\s+(?:is\s+|was\s+)?)([^\s\"']+)")
+_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]{1,64}@(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,24}\b")
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{1,64}-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,64}-----")
 _FLAG = re.compile(r"(?<![\w-])--?([A-Za-z][\w-]*)(=|\s+)([^\s\"',;-][^\s\"',;]*)")
 # The last word of a name that holds a secret (HF_TOKEN, api_key, hub-token, accessToken, X_AUTH) and
 # words that make any name secret (SECRET_KEY_BASE). Not TOKENS or TOKENIZER: those are ML words.
@@ -136,6 +148,7 @@ class Redactor:
     users: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     counts: Counter[str] = field(default_factory=Counter)
+    in_pem: bool = False  # inside a PEM block that began in an earlier string (a log line by line)
 
     @classmethod
     def for_environments(cls, envs: Iterable[Mapping[str, str]], *, enabled: bool = True,
@@ -184,6 +197,7 @@ class Redactor:
         text = self._sub("gpu_uuid", _GPU_UUID, text, lambda m: short_hash(m.group(0), "GPU-"))
         if not self.enabled:
             return text
+        text = self._pem(text)
         for secret in self.secrets:
             if secret in text:
                 self.counts["known_secret"] += text.count(secret)
@@ -193,12 +207,58 @@ class Redactor:
                          lambda m: m.group(0) if _keep_value(m.group(2)) else m.group(1) + MASK)
         for rule, pattern in _VENDOR:
             text = self._sub(rule, pattern, text, lambda m: MASK)
+        text = self._sub("email", _EMAIL, text, lambda m: MASK)
+        text = self._sub("secret_assignment", _QUOTED_ASSIGN, text, _mask_quoted)
+        text = self._sub("secret_assignment", _LINE_ASSIGN, text, _mask_value)
+        text = self._sub("secret_assignment", _PROSE, text,
+                         lambda m: m.group(0) if _keep_value(m.group(3)) or m.group(3).startswith("[")
+                         else m.group(1) + m.group(2) + MASK)
         text = self._sub("secret_assignment", _ASSIGN, text, _mask_value)
         text = self._sub("secret_assignment", _FLAG, text, _mask_value)
         text = self._sub("high_entropy", _LONG, text,
                          lambda m: MASK if looks_random(m.group(0)) else m.group(0))
         text = self._names(text)
         return text
+
+    def file_text(self, text: str) -> str:
+        """Redact one whole file (a bundled log or config): a PEM block never spills into the next."""
+        self.in_pem = False
+        try:
+            return self.text(text)
+        finally:
+            self.in_pem = False
+
+    def _pem(self, text: str) -> str:
+        """Mask every line between a PEM BEGIN and its END, also across strings (line-wise logs)."""
+        if not self.in_pem and "-----BEGIN " not in text:
+            return text
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            if self.in_pem:
+                end = _PEM_END.search(line)
+                if end:
+                    self.in_pem = False
+                    if end.start() > 0:
+                        lines[i] = MASK + line[end.start():]
+                        self.counts["pem_block"] += 1
+                elif line.strip():
+                    lines[i] = MASK
+                    self.counts["pem_block"] += 1
+                continue
+            begin = _PEM_BEGIN.search(line)
+            if begin:
+                rest = line[begin.end():]
+                end = _PEM_END.search(rest)
+                if end:  # a whole block on one line
+                    if rest[:end.start()].strip():
+                        lines[i] = line[:begin.end()] + MASK + rest[end.start():]
+                        self.counts["pem_block"] += 1
+                else:
+                    self.in_pem = True
+                    if rest.strip():
+                        lines[i] = line[:begin.end()] + MASK
+                        self.counts["pem_block"] += 1
+        return "\n".join(lines)
 
     def _names(self, text: str) -> str:
         for home in self.homes:
@@ -244,24 +304,43 @@ class Redactor:
             if key in ENV_KEYS and all(isinstance(v, (str, type(None))) for v in obj.values()):
                 return self.environment(obj)
             if key in ENV_KEYS and obj and all(isinstance(v, Mapping) for v in obj.values()):
-                return {self.text(str(k)): self.environment(v) for k, v in obj.items()}
-            return {self.text(str(k)): self.value(v, str(k)) for k, v in obj.items()}
+                return {self._key(k): self.environment(v) for k, v in obj.items()}
+            return {self._key(k): self.value(v, str(k)) for k, v in obj.items()}
         if isinstance(obj, (list, tuple, set, frozenset)):
-            out: list[Any] = []
-            for v in obj:  # an argv: `--api-key`, `VALUE` as two items; the flag's name decides
-                if (self.enabled and out and isinstance(v, str) and _secret_flag(out[-1])
-                        and not v.startswith("-") and not _keep_value(v)):
-                    self.counts["secret_assignment"] += 1
-                    out.append(MASK)
-                else:
-                    out.append(self.value(v, key))
-            return out
+            was_in_pem = self.in_pem
+            try:
+                return self._items(obj, key)
+            finally:  # a block never spills out of the list of lines it began in
+                self.in_pem = was_in_pem
         if obj is None or isinstance(obj, (bool, int, float)):
             return obj
         return self.text(str(obj))  # a Path or any other object goes out as its text: redact that
 
+    def _key(self, key: object) -> str:
+        """A mapping key: redacted as text, but never part of a PEM block the values are in."""
+        was_in_pem, self.in_pem = self.in_pem, False
+        try:
+            return self.text(str(key))
+        finally:
+            self.in_pem = was_in_pem
+
+    def _items(self, obj: Iterable[Any], key: str) -> list[Any]:
+        out: list[Any] = []
+        for v in obj:  # an argv: `--api-key`, `VALUE` as two items; the flag's name decides
+            if (self.enabled and out and isinstance(v, str) and _secret_flag(out[-1])
+                    and not v.startswith("-") and not _keep_value(v)):
+                self.counts["secret_assignment"] += 1
+                out.append(MASK)
+            else:
+                out.append(self.value(v, key))
+        return out
+
     def document(self, doc: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(self.value(doc))
+        self.in_pem = False
+        try:
+            return dict(self.value(doc))
+        finally:
+            self.in_pem = False
 
     def summary(self) -> dict[str, Any]:
         """What was redacted, for the report and for `--preview`."""
@@ -288,6 +367,13 @@ def _mask_value(m: re.Match[str]) -> str:
     if not secret_key_name(m.group(1)) or _keep_value(m.group(3)):
         return m.group(0)
     return m.group(0)[:m.start(3) - m.start(0)] + MASK
+
+
+def _mask_quoted(m: re.Match[str]) -> str:
+    """"name": "several words" -> the whole quoted value masked when the name says secret."""
+    if not secret_key_name(m.group(1)) or _keep_value(m.group(4)):
+        return m.group(0)
+    return m.group(1) + m.group(2) + m.group(3) + MASK + m.group(3)
 
 
 def split_hosts(value: str, limit: int = 256) -> list[str]:
