@@ -42,16 +42,22 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def seconds(*, allow_zero: bool) -> Callable[[str], float]:
-    """An argparse type: a finite number of seconds, above zero (or from zero with allow_zero)."""
+MAX_SECONDS = 7 * 24 * 3600.0  # a week: beyond it a deadline overflows time_t arithmetic for nothing
+
+
+def seconds(*, allow_zero: bool, unit: str = "seconds", maximum: float = MAX_SECONDS
+            ) -> Callable[[str], float]:
+    """An argparse type: a finite number of `unit`, above zero (or from zero), at most `maximum`."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-        if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
-            wanted = "0 or more seconds" if allow_zero else "a positive number of seconds"
+            raise argparse.ArgumentTypeError(f"not a number of {unit}: {text!r}") from None
+        if not (value >= 0 if allow_zero else value > 0) or value != value:
+            wanted = f"0 or more {unit}" if allow_zero else f"a positive number of {unit}"
             raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:g} {unit}, got {text!r}")
         return value
     return parse
 

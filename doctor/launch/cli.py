@@ -25,6 +25,7 @@ from typing import Any
 from doctor.case import Case
 from doctor.cli import Parser, UsageError, non_negative_float, positive_float, positive_int
 from doctor.launch import slurm
+from doctor.launch.bounds import check_nproc, check_run_dir, host_address, port_number
 from doctor.launch.engine import Launcher
 from doctor.launch.events import RunSummary
 from doctor.launch.scorep import find_scorep
@@ -61,8 +62,8 @@ def build_parser() -> Parser:
                    help="after SIGTERM, when a rank gets SIGKILL (default 5)")
     p.add_argument("--rendezvous-timeout", type=non_negative_float, default=300.0, metavar="S",
                    help="after the first rank joins the rendezvous, how long the others may take; 0 = off")
-    p.add_argument("--master-addr", default="127.0.0.1", metavar="A")
-    p.add_argument("--master-port", type=positive_int, metavar="P", help="default: a free port")
+    p.add_argument("--master-addr", type=host_address, default="127.0.0.1", metavar="A")
+    p.add_argument("--master-port", type=port_number, metavar="P", help="default: a free port")
     p.add_argument("--plain", action="store_true", help="plain line output even on a terminal")
     p.add_argument("--quiet", "-q", action="store_true", help="do not echo rank output (logs keep it)")
     return p
@@ -143,6 +144,8 @@ def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]
     if args.python and not (shutil.which(python, path=env.get("PATH")) or Path(python).is_file()):
         raise UsageError(f"--python {python!r} not found")
     nproc = args.nproc or default_nproc(env)
+    check_nproc(nproc, env)
+    check_run_dir(args.run_dir)
     nnodes, hosts = nodes(args, env)
     return LaunchSpec(
         script=script, args=script_args, nproc=nproc, python=python, workdir=workdir,

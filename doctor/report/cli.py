@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.atomic import write_atomic
-from doctor.cli import Parser, UsageError, add_case_args, case_from_args, positive_float
+from doctor.cli import Parser, UsageError, add_case_args, case_from_args, seconds
 from doctor.report import bundle, collect, render_html, render_md
 from doctor.report.redact import MASK, RULES, Redactor
 from doctor.safeopen import UnsafeFile, check_replaceable
@@ -43,7 +43,8 @@ def build_parser() -> Parser:
                    help="keep secrets, user names and the full environment (only for trusted recipients)")
     p.add_argument("--preview", action="store_true",
                    help="print what would be redacted (counts per rule) and write nothing")
-    p.add_argument("--max-bundle-mb", type=positive_float, default=20.0, metavar="N",
+    p.add_argument("--max-bundle-mb", type=seconds(allow_zero=False, unit="MiB", maximum=64 * 1024),
+                   default=20.0, metavar="N",
                    help="size cap for a .tar.gz bundle in MiB (default 20)")
     p.add_argument("--fail-on", choices=("error", "warning"), default="error",
                    help="the threshold for exit code 1 (default: error)")

@@ -21,6 +21,7 @@ _EXPERIMENT_NAME = re.compile(r"^scorep[-_]", re.IGNORECASE)
 _PER_RANK_NAME = re.compile(r"rank[-_]?\d+$|^scorep-measurement-tmp$|^scorep-failed", re.IGNORECASE)
 _DIGITS = re.compile(r"(\d+)")
 MAX_DEPTH = 5
+VIRTUAL = frozenset({"/proc", "/sys", "/dev", "/run"})  # never hold traces; /proc alone is huge
 
 
 @dataclass(frozen=True)
@@ -38,14 +39,20 @@ def natural_key(path: Path) -> list[object]:
 
 
 def is_experiment(path: Path) -> bool:
-    return ((path / "traces.otf2").is_file() or (path / "profile.cubex").is_file()
-            or bool(_EXPERIMENT_NAME.match(path.name)))
+    try:
+        return ((path / "traces.otf2").is_file() or (path / "profile.cubex").is_file()
+                or bool(_EXPERIMENT_NAME.match(path.name)))
+    except OSError:  # a folder we may not look into (`timeline /` walks /proc): not an experiment
+        return False
 
 
 def find_experiments(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
     """Experiment folders at or below `root` (a folder, or a `traces.otf2`/`profile.cubex` file)."""
-    if root.is_file():
-        return [root.parent] if root.name in ("traces.otf2", "profile.cubex") else []
+    try:
+        if root.is_file():
+            return [root.parent] if root.name in ("traces.otf2", "profile.cubex") else []
+    except OSError:
+        return []
     if is_experiment(root):
         return [root]
     found: list[Path] = []
@@ -56,7 +63,8 @@ def find_experiments(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
 def _walk(folder: Path, depth: int, found: list[Path]) -> None:
     try:
         entries = sorted((Path(e.path) for e in os.scandir(folder)
-                          if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")), key=natural_key)
+                          if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+                          and e.path not in VIRTUAL), key=natural_key)
     except OSError:
         return
     for entry in entries:
