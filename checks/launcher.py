@@ -8,6 +8,7 @@ from typing import Any
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Command, Job
 from doctor.jobfolder.queries import code_of, command_data, ev, problem_evidence, ranks, sbatch
+from doctor.limits import bound_problem
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
 from doctor.registry import check
 
@@ -27,7 +28,9 @@ def _unreadable(job: Job) -> list[Outcome]:
             text = note.text if note else "unreadable"
             evidence = Evidence(text, job.rel(f.path), None, "not analysed")
             if f.role == "job":
-                out.append(unknown(f"cannot analyse {job.rel(f.path)}: {text}", evidence))
+                bound = {"bound": "not analysed"} if bound_problem(text) else {}
+                out.append(unknown(f"cannot analyse {job.rel(f.path)}: {text}", evidence,
+                                   entities={"file": job.rel(f.path), **bound}))
             else:  # a sourced file or child script the job names
                 out.append(skip(f"{job.rel(f.path)} ({f.role} by the job) not analysed: {text}", evidence))
     return out

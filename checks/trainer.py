@@ -7,6 +7,7 @@ from typing import Any
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import UNKNOWN, ArgValue, Job, TrainerArgs
 from doctor.jobfolder.queries import ev, script_problems
+from doctor.limits import bound_problem
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown
 from doctor.registry import check
 
@@ -14,6 +15,14 @@ L = Layer.TRAINER
 DEFAULT_EVAL = "no"
 DEFAULT_SAVE = "steps"
 DEFAULT_STEPS = 500
+
+
+def refused_configs(job: Job) -> list[Outcome]:
+    """`unknown` for each trainer config refused as hostile or over a bound (an alias bomb...)."""
+    return [unknown(f"cannot read {job.rel(n.file)}: {n.text}", Evidence(n.text, job.rel(n.file), None,
+                                                                          "not analysed"),
+                    entities={"file": job.rel(n.file), "bound": "not analysed"})
+            for n in job.notes if n.kind == "config" and bound_problem(n.text)]
 
 
 def _strategy(ta: TrainerArgs, *keys: str) -> ArgValue | None:
@@ -55,7 +64,7 @@ def best_model_strategies(facts: Facts) -> list[Outcome]:
     Safe: changes one trainer argument.
     """
     job: Job = facts["job"]
-    out: list[Outcome] = []
+    out: list[Outcome] = refused_configs(job)
     for ta in job.trainer:
         lbm = ta.values.get("load_best_model_at_end")
         if lbm is None or lbm.value is False:
@@ -145,6 +154,9 @@ def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
     job = facts.get("job")
     if isinstance(job, ProbeFailure):
         return [unknown(str(job), entities={"probe": "job"})]
+    refused = refused_configs(job)
+    if refused:
+        return refused
     asked: list[tuple[str, Evidence, dict[str, Any]]] = []
     for ta in job.trainer:
         for key in ("fp16", "bf16"):

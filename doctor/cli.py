@@ -215,7 +215,34 @@ def dispatch(name: str, argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The command line; from the real command line (`argv` None) it never outlives --timeout."""
+    if argv is None:
+        return leave_stuck_probes(_main(sys.argv[1:]))
+    return _main(list(argv))
+
+
+def leave_stuck_probes(code: int) -> int:
+    """Exit now if a probe thread is still busy past the budget (its check already said `timeout`).
+
+    Python joins worker threads at exit; a probe stuck in hostile input (a parser that
+    will not return) would hold the process long past --timeout. Its result is no
+    longer wanted, so the process ends without waiting for it.
+    """
+    import threading
+
+    stuck = [t for t in threading.enumerate()
+             if t is not threading.current_thread() and t.is_alive() and not t.daemon]
+    if stuck:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return code
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv and argv[0] in COMMANDS:
             return dispatch(argv[0], argv[1:])

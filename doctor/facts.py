@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from doctor import registry
+from doctor import limits, registry
 from doctor.case import Case
 
 
@@ -67,6 +67,7 @@ class Facts:
         self._lock = threading.Lock()
         self._futures: dict[str, Future[Any]] = {}
         self.durations_ms: dict[str, float] = {}
+        self.threads: dict[str, int] = {}  # fact -> the thread computing it (what it reads: limits.reading)
         for name, value in (preset or {}).items():
             fut: Future[Any] = Future()
             fut.set_result(value)
@@ -87,7 +88,9 @@ class Facts:
         try:
             return fut.result(timeout=remaining)
         except TimeoutError:
-            return ProbeFailure(name, "timeout", "the run's time budget ran out")
+            where = limits.reading(self.threads[name]) if name in self.threads else None
+            return ProbeFailure(name, "timeout", "the run's time budget ran out"
+                                + (f" while reading {where}" if where else ""))
 
     def __getitem__(self, name: str) -> Any:
         return self.get(name)
@@ -111,6 +114,7 @@ class Facts:
         if time.monotonic() >= self.deadline:
             return ProbeFailure(name, "timeout", "the run's time budget ran out before it started")
         ctx = ProbeContext(self.case, self, self.deadline, prov.timeout)
+        self.threads[name] = threading.get_ident()
         start = time.monotonic()
         try:
             value = prov.fn(ctx)

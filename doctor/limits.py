@@ -8,6 +8,7 @@ of a hang, a MemoryError or a RecursionError.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,3 +105,54 @@ def _children(node: Any, yaml: Any) -> list[Any]:
     if isinstance(node, yaml.MappingNode):
         return [n for pair in node.value for n in pair]
     return []
+
+
+MAX_SHELL_NESTING = 100                 # if/for/while/case/{ nested in one job script
+
+_OPENERS = frozenset({"if", "for", "while", "until", "case", "select", "{", "(", "function"})
+_CLOSERS = frozenset({"fi", "done", "esac", "}", ")"})
+
+
+def shell_nesting(text: str) -> int:
+    """How deep compound commands nest in a shell script (a cheap count of line-leading keywords).
+
+    bashlex recurses once per level: thousands of nested `if` blocks exhaust the
+    stack, and the statement-by-statement fallback then takes minutes.
+    """
+    depth = deepest = 0
+    for line in text.splitlines():
+        for word in line.replace(";", " ; ").split():
+            if word in _OPENERS:
+                depth += 1
+                deepest = max(deepest, depth)
+            elif word in _CLOSERS:
+                depth = max(0, depth - 1)
+            elif word not in (";", "then", "do", "else", "elif", "!"):
+                break  # only the words that start a command can open or close a block
+    return deepest
+
+
+_reading: dict[int, str] = {}
+
+
+def note_reading(path: str) -> None:
+    """Record the file this thread is reading now (named if the probe fails or runs out of time)."""
+    import threading
+
+    _reading[threading.get_ident()] = path
+
+
+def reading(thread: int | None = None) -> str | None:
+    """The file `thread` (default: this one) was reading last."""
+    import threading
+
+    return _reading.get(threading.get_ident() if thread is None else thread)
+
+
+_BOUND_PROBLEM = re.compile(r"limit for analysis|above the [\d.]+ MiB limit|nested (more than|too)|"
+                            r"not a regular file|FIFO|device|socket|a symlink|YAML alias")
+
+
+def bound_problem(problem: str | None) -> bool:
+    """Whether a file was not analysed because it is hostile or over a bound (not merely odd)."""
+    return bool(problem) and bool(_BOUND_PROBLEM.search(problem or ""))

@@ -29,15 +29,25 @@ def blocking(results: list[CheckResult], fail_on: str = "error") -> list[CheckRe
     """Results that make the run fail at this threshold.
 
     Any finding at or above the threshold, plus `unknown`/`timeout` on a node
-    check: a node we could not measure is not a node to run on.
+    check: a node we could not measure is not a node to run on. A job-layer
+    check is blocking when it is `unknown`/`timeout` because its probe failed
+    (MemoryError, RecursionError, over budget) or a file was refused as hostile
+    or over a bound (a FIFO, a 4 GB script): that job was not checked, so it
+    must not pass.
     """
     bad = []
     for r in results:
         if r.status in FAIL_ON[fail_on]:
             bad.append(r)
-        elif r.layer == Layer.NODE.value and r.status in (Status.UNKNOWN, Status.TIMEOUT):
+        elif r.status in (Status.UNKNOWN, Status.TIMEOUT) and (
+                r.layer == Layer.NODE.value or any(_not_checked(f) for f in r.findings)):
             bad.append(r)
     return bad
+
+
+def _not_checked(finding: Any) -> bool:
+    return finding.status in (Status.UNKNOWN, Status.TIMEOUT) and bool(
+        finding.entities.get("probe") or finding.entities.get("bound"))
 
 
 def exit_code(run: Run, fail_on: str = "error") -> ExitCode:

@@ -14,6 +14,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from doctor import limits
 from doctor.case import Case
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder import pyscan, trainer
@@ -101,7 +102,13 @@ class JobBuilder:
         if self.root is not None and not inside(path, self.root) and path not in self.explicit:
             return Source(path, None, "outside the job folder; not read", "outside")
         root = self.root if (self.root is not None and inside(path, self.root)) else None
-        return read_source(path, root, self.no_symlinks and root is not None, python)
+        limits.note_reading(path)
+        src = read_source(path, root, self.no_symlinks and root is not None, python,
+                          limits.MAX_PYTHON_BYTES if python else limits.MAX_FILE_BYTES)
+        if not python and src.text and limits.shell_nesting(src.text) > limits.MAX_SHELL_NESTING:
+            return Source(path, None, f"blocks nested more than {limits.MAX_SHELL_NESTING} deep; not analysed",
+                          "too-deep", size=src.size)
+        return src
 
     def read_text(self, path: str) -> str | None:
         src = self.read(path)

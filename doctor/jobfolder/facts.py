@@ -18,6 +18,7 @@ import stat
 import sys
 from typing import Any
 
+from doctor import limits
 from doctor.facts import ProbeContext, ProbeFailure
 from doctor.isolate import run_isolated
 from doctor.jobfolder.discover import load_job
@@ -39,8 +40,18 @@ print(json.dumps({"package": where, "bindings": found if spec is not None else F
 
 @provider("job", timeout=20.0, reads_user_files=True)
 def job_fact(ctx: ProbeContext) -> Job:
-    """The parsed job folder (scripts, launch commands, environment, trainer arguments)."""
-    return load_job(ctx.case)
+    """The parsed job folder (scripts, launch commands, environment, trainer arguments).
+
+    Input past the bounds of `doctor.limits` that still got through (a stack or
+    memory exhausted) fails the probe naming the file it was reading: the checks
+    that need the job say `unknown` and the gate exits non-zero.
+    """
+    try:
+        return load_job(ctx.case)
+    except (RecursionError, MemoryError) as exc:
+        where = limits.reading() or str(ctx.case.root)
+        raise limits.LimitExceeded(f"{where}: {type(exc).__name__} while analysing it (nested too deeply "
+                                   "or too large); not analysed") from None
 
 
 def trusted(path: str) -> bool:

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from doctor.jobfolder.model import Command, EnvVar, Job, Launch, PyScript, Site
+from doctor.limits import bound_problem
 from doctor.model import Evidence, Outcome, unknown
 
 
@@ -145,8 +146,9 @@ def script_problems(job: Job, scripts: list[PyScript], check_id: str) -> list[Ou
     out = []
     for s in scripts:
         if s.problem is not None:
+            bound = {"bound": "not analysed"} if bound_problem(s.problem) else {}
             out.append(unknown(f"cannot analyse {job.rel(s.path)}: {s.problem}", problem_evidence(job, s),
-                               entities={"file": job.rel(s.path)},
+                               entities={"file": job.rel(s.path), **bound},
                                data={"file": s.path, "problem": s.problem}))
     return out
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from doctor.jobfolder.model import UNKNOWN, ArgValue, Command, KwCall, Site, TrainerArgs
+from doctor.limits import bounded_yaml
 
 BOOL_KEYS = {"load_best_model_at_end", "fp16", "bf16", "tf32", "do_train", "do_eval", "half_precision"}
 TRACKED = BOOL_KEYS | {"eval_strategy", "evaluation_strategy", "save_strategy", "eval_steps", "save_steps",
@@ -87,9 +88,7 @@ def read_config(path: str, text: str) -> tuple[dict[str, Any] | None, str | None
         if path.endswith(".json"):
             data = json.loads(text)
         else:
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = bounded_yaml(text)  # a safe loader that refuses alias bombs
     except Exception as exc:  # json/yaml errors of any kind
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return None, f"not valid {'JSON' if path.endswith('.json') else 'YAML'}: {first}"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from doctor.jobfolder.model import EnvVar
+from doctor.limits import MAX_EXPANSION_DEPTH, MAX_VALUE_CHARS
 
 RANK_VARS = frozenset({
     "RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK",
@@ -91,8 +92,10 @@ class Expander:
     """Expands one word against an environment lookup."""
 
     def __init__(self, lookup: Lookup, per_task: bool = False, split: bool = True,
-                 home: str | None = None, script: str | None = None, cwd: str | None = None):
+                 home: str | None = None, script: str | None = None, cwd: str | None = None,
+                 depth: int = 0):
         self.lookup = lookup
+        self.depth = depth
         self.per_task = per_task
         self.split = split
         self.home = home
@@ -109,6 +112,12 @@ class Expander:
         return None
 
     def expand(self, raw: str) -> Expanded:
+        out = self._expand(raw)
+        if any(len(f) > MAX_VALUE_CHARS for f in out.fields):  # `X="$X$X"` in a loop: stop growing
+            return Expanded(fields=[raw], known=False, refs=out.refs, varies=out.varies)
+        return out
+
+    def _expand(self, raw: str) -> Expanded:
         self.out = Expanded()
         self.cur: list[str] = []
         self.started = False
@@ -293,8 +302,11 @@ class Expander:
             if rest.startswith(op):
                 if var is not None and var.value is not None and (var.value != "" or ":" not in op):
                     self._value(var.value, quoted)
+                elif var is None and self.depth >= MAX_EXPANSION_DEPTH:
+                    self._unknown(raw, quoted)  # `${a:-${b:-${c:-...}}}` a thousand deep: not followed
                 elif var is None:
-                    sub = Expander(self.lookup, self.per_task, split=False, home=self.home).expand(rest[len(op):])
+                    sub = Expander(self.lookup, self.per_task, split=False, home=self.home,
+                                   depth=self.depth + 1).expand(rest[len(op):])
                     self.out.known = self.out.known and sub.known
                     self.out.refs.extend(sub.refs)
                     self.out.varies = self.out.varies or sub.varies
