@@ -7,7 +7,6 @@ last line of a PEM key, the rest of a quoted password after its first word,
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -153,7 +153,14 @@ def job_python(ctx: ProbeContext, job: Any, path_var: str) -> str | None:
             return found
     if isinstance(job, ProbeFailure) or not isinstance(job, Job) or job.python is None:
         return sys.executable
+    if not path_folders(path_var):  # PATH=/dev/zero: nothing can be found; never assume ours
+        return None
     return shutil.which("python3", path=path_var) or sys.executable
+
+
+def path_folders(path_var: str) -> list[str]:
+    """The entries of a PATH that are folders (`PATH=/dev/zero` has none)."""
+    return [p for p in path_var.split(os.pathsep) if p and os.path.isdir(p)]
 
 
 def _short(path_var: str) -> str:

@@ -230,10 +230,15 @@ def job_interpreter(ctx: ProbeContext) -> str:
     """--python, else the job's own interpreter when a job folder is examined, else this one."""
     if ctx.case.python or ctx.case.root is None:
         return ctx.case.job_python
-    from doctor.jobfolder.facts import job_env, job_path, job_python
+    from doctor.jobfolder.facts import job_env, job_path, job_python, path_folders
 
     job = ctx.facts.get("job")
-    return job_python(ctx, job, job_path(job_env(job, dict(ctx.case.env)))) or ctx.case.job_python
+    path_var = job_path(job_env(job, dict(ctx.case.env)))
+    found = job_python(ctx, job, path_var)
+    if found is None and not path_folders(path_var):
+        raise RuntimeError(f"the job's PATH ({path_var[:120]}) holds no folder, so the interpreter it "
+                           "runs cannot be found")
+    return found or ctx.case.job_python
 
 
 def python_source(ctx: ProbeContext) -> str:
