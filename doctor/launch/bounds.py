@@ -14,7 +14,7 @@ import re
 import resource
 from pathlib import Path
 
-from doctor.cli import UsageError
+from doctor.arguments import UsageError
 
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 RANK_MEMORY = 256 * 1024 * 1024   # the least a Python rank with torch imported needs
