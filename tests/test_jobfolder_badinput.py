@@ -91,7 +91,7 @@ def test_a_100_mb_script_is_not_read_and_says_so(tmp_path: Path) -> None:
     start = time.monotonic()
     job = job_of(root)
     assert time.monotonic() - start < 20  # bounded work, not a speed benchmark
-    assert "100.0 MiB, above the 4 MiB limit" in (job.script(str(root / "train.py")).problem or "")  # type: ignore[union-attr]
+    assert "100.0 MiB, above the 1 MiB limit" in (job.script(str(root / "train.py")).problem or "")  # type: ignore[union-attr]
     out = run_check("LNC001", root)
     assert any(o.status == Status.UNKNOWN and "huge.sh" in o.message for o in out)
     assert_other_checks_still_run(root)
