@@ -7,10 +7,7 @@ Build it with `make_app(case, options)` so tests can drive it with Pilot.
 
 from __future__ import annotations
 
-import argparse
 import signal
-from dataclasses import dataclass, field
-from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -21,36 +18,14 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
 from doctor.case import Case
+from doctor.diagnosis import Diagnosis
 from doctor.model import CheckResult, Status
 from doctor.playbook import load_playbook
 from doctor.runner import CheckFinished, CheckStarted, Event, Run, run_checks
 from doctor.tui.diagnosis_view import DiagnosisPanel
+from doctor.tui.options import Options
+from doctor.tui.status import STATUS_ICON, STATUS_STYLE, status_text
 from doctor.verdict import counts, exit_code
-
-STATUS_STYLE = {
-    Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red",
-    Status.SKIP: "dim", Status.UNKNOWN: "magenta", Status.TIMEOUT: "bold magenta",
-}
-STATUS_ICON = {
-    Status.PASS: "✔", Status.WARN: "▲", Status.FAIL: "✖",
-    Status.SKIP: "·", Status.UNKNOWN: "?", Status.TIMEOUT: "⏱",
-}
-
-
-def status_text(status: Status | None) -> Text:
-    if status is None:
-        return Text("… pending", style="dim italic")
-    return Text(f"{STATUS_ICON[status]} {status.value}", style=STATUS_STYLE[status])
-
-
-@dataclass
-class Options:
-    """What the app was asked for on the command line."""
-
-    playbook: str = "scorep-ddp"
-    budget_s: float = 60.0
-    fail_on: str = "error"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class CheckUpdate(Message):
@@ -112,7 +87,7 @@ class DoctorApp(App[int]):
         self.results: dict[str, CheckResult] = {}
         self.run_result: Run | None = None
         self.checks_running = False
-        self.diagnosis: Any = None
+        self.diagnosis: Diagnosis | None = None
         self.problems_only = False
         self.sub_title = str(case.root) if case.root else "this node"
 
@@ -367,14 +342,7 @@ def make_app(case: Case, options: Options | None = None) -> DoctorApp:
     return DoctorApp(case, options or Options())
 
 
-def main(args: argparse.Namespace) -> int:
-    from doctor.cli import case_from_args
-
-    if args.path is None:  # the app examines the current folder by default
-        args.path = "."
-    case = case_from_args(args)
-    options = Options(playbook=args.playbook or "scorep-ddp", budget_s=args.timeout,
-                      fail_on=args.fail_on)
+def main(case: Case, options: Options) -> int:
+    """Run the app on the case until it quits; its exit code (as the gate's, 130 on a signal)."""
     result = make_app(case, options).run()
     return int(result or 0)
-

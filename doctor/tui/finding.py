@@ -18,8 +18,8 @@ from doctor import registry
 from doctor.case import Case
 from doctor.diagnosis import Diagnosis
 from doctor.model import CheckResult, Evidence
-from doctor.tui.app import status_text
 from doctor.tui.diagnosis_view import links_renderable
+from doctor.tui.status import status_text
 
 CONTEXT_LINES = 3
 MAX_SOURCE_BYTES = 2_000_000
