@@ -145,3 +145,37 @@ def test_a_symptom_without_its_cause_is_unexplained_and_a_chain_collapses_to_its
     [lost] = d.unexplained
     assert lost.problem.key == "ART001" and lost.possible_causes == ("LNC001",)
     assert d.next_step == "gpu-doctor explain LNC002"  # no job folder: nothing for `fix` to edit
+
+
+# -- the launch's own logs are the job's logs ------------------------------------------------
+
+def test_the_last_launchs_rank_logs_count_for_art004_and_post_run(tmp_path: Path) -> None:
+    runs = tmp_path / "job" / ".gpu-doctor" / "runs"
+    old, last = runs / "20261201-091500", runs / "20261201-101500"
+    for folder in (old, last):
+        folder.mkdir(parents=True)
+        (folder / "rank_0.log").write_text("step 1/5 loss 0.69\nstep 5/5 loss 0.41\n")
+    (old / "rank_1.log").write_text("[Score-P] Warning: Too much memory requested. Reducing to its maximum value.\n")
+    (last / "rank_1.log").write_text(
+        "Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>\n"
+        "ValueError: FP16 Mixed precision training with AMP or APEX ('--fp16') can only be used on CUDA devices.\n")
+    run = gate(tmp_path / "job", tmp_path, "--json", "--playbook", "post-run")
+    art004 = run.check("ART004")
+    [finding] = [f for f in art004["findings"] if f["status"] == "fail"]
+    assert finding["data"]["signature"] == "fp16_valueerror"
+    [ev] = finding["evidence"]
+    assert ev["file"].endswith(".gpu-doctor/runs/20261201-101500/rank_1.log") and ev["line"] == 3
+    assert ev["label"] == "rank 1"
+    assert not any(f["data"].get("signature") == "memory_clamp" for f in art004["findings"])  # an old run
+
+
+def test_a_failed_ranks_log_names_the_check(tmp_path: Path) -> None:
+    from doctor.launch.failures import rank_failures
+
+    (tmp_path / "rank_0.log").write_text("step 3/3\n")
+    (tmp_path / "rank_1.log").write_text(
+        "ValueError: --load_best_model_at_end requires the save and eval strategy to match, but found\n"
+        "- Evaluation strategy: IntervalStrategy.NO\n- Save strategy: SaveStrategy.STEPS\n")
+    [failure] = rank_failures(tmp_path, [1])
+    assert failure.text("press f").startswith("rank 1: TRN001 — press f (load_best_model_at_end needs matching")
+    assert "eval IntervalStrategy.NO" in failure.what and "on rank" not in failure.what
