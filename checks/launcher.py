@@ -54,6 +54,11 @@ def launcher_only(facts: Facts) -> list[Outcome]:
     Launch every rank yourself, each as its own `python -m scorep` with RANK, LOCAL_RANK,
     WORLD_SIZE, MASTER_ADDR/PORT and its own SCOREP_EXPERIMENT_DIRECTORY (or `gpu-doctor launch`).
 
+    Severity:
+    fail when `python -m scorep` runs a launcher that spawns the workers (the workers are never
+    measured); unknown when the wrapped script cannot be read; skip without a `python -m scorep`
+    launch; else pass.
+
     Fix safety:
     Unsafe: replaces the launch line with a per-rank loop.
     """
@@ -249,6 +254,11 @@ def broken_node_excluded(facts: Facts) -> Outcome:
 
     Remedy:
     `#SBATCH --exclude=node17` (and tell the admins).
+
+    Severity:
+    fail when GPU003 found this node's runtime broken for good and the job pins it (--nodelist)
+    or does not exclude it; skip when there is no sbatch script to exclude it from; unknown when
+    GPU003's probe gave no result; else pass.
 
     Fix safety:
     Safe: adds one directive.

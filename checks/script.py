@@ -264,6 +264,9 @@ def stream_self_wait(facts: Facts) -> list[Outcome]:
         with torch.cuda.stream(stream):
             stream.wait_stream(producer_stream)
 
+    Severity:
+    fail for every self-wait found (the copy races the producer: corrupt values); else pass.
+
     Fix safety:
     Unsafe: edits the training code.
     """
@@ -302,6 +305,10 @@ def real_cuda_check(facts: Facts) -> list[Outcome]:
     Remedy:
     `try: torch.zeros(1).cuda() except Exception: sys.exit(1)`: the exception is the
     "not ready yet" signal.
+
+    Severity:
+    fail when a warm-up snippet tests `is_available()` (that warm-up never warms up); warn for
+    the test in a training script (a spurious failure on a cold node); else pass.
 
     Fix safety:
     Unsafe: edits code.

@@ -218,3 +218,40 @@ def test_scr002_watchdog_in_the_logs_fails_even_without_scorep(tmp_path: Path) -
     assert run_check("SCR002", root)[0].status == Status.WARN
     [out] = run_check("SCR002", root, LOG_WATCHDOG)
     assert out.status == Status.FAIL and ("slurm-88.out", 40) in [(e.file, e.line) for e in out.evidence]
+
+
+def test_every_checks_catalogue_entry_states_its_severity_rule() -> None:
+    from doctor import registry
+    from doctor.catalogue_cli import explain_text
+
+    for chk in registry.all_checks():
+        text = explain_text(chk.id)
+        assert "\nSeverity:\n" in text, chk.id
+        rule = text.split("\nSeverity:\n", 1)[1].split("\n\n", 1)[0]
+        assert any(word in rule for word in ("fail", "warn")), (chk.id, rule)
+
+
+# -- realistic clean jobs: the gate lets them run ---------------------------------------------
+
+CLEAN = Path(__file__).resolve().parent / "fixtures" / "clean"
+# (folder, statuses the run must show: guards against a folder that is not really analysed)
+CLEAN_JOBS = [
+    (CLEAN / "hf-trainer", {"SCR002": "warn", "TRN001": "pass"}),  # the HF Trainer never destroys the group
+    (CLEAN / "ddp-torchrun", {"SCR002": "pass", "SCR001": "pass"}),
+    (CLEAN / "perrank-warmup", {"LNC002": "pass", "SCR001": "pass", "SCP006": "pass", "SCR002": "pass"}),
+    (CLEAN / "perrank-nowarmup", {"LNC002": "warn", "SCP006": "pass"}),  # a risk, not a blocker
+    (CLEAN / "rocm-scorep", {"LNC002": "skip", "SCR001": "pass", "SCR002": "pass", "SCP006": "pass"}),
+    (Path(__file__).resolve().parent.parent / "examples" / "scorep-ddp-fixed", {"LNC002": "pass", "SCR002": "pass"}),
+]
+
+
+@pytest.mark.parametrize("folder,expect", CLEAN_JOBS, ids=[c[0].name for c in CLEAN_JOBS])
+def test_the_gate_lets_realistic_clean_jobs_run(folder: Path, expect: dict[str, str], tmp_path: Path) -> None:
+    from diagnosis_util import gate
+
+    run = gate(folder, tmp_path, "--json")
+    assert run.rc == 0, run.stdout + run.stderr
+    assert {cid: run.status(cid) for cid in expect} == expect
+    assert run.doc is not None
+    if "warn" in expect.values():  # an OK verdict with a warning still names the next step
+        assert str(run.doc["diagnosis"]["next"]).startswith("gpu-doctor ")
