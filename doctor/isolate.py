@@ -7,12 +7,13 @@ through `run_isolated`.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,34 @@ class Isolated:
         return json.loads(lines[-1])
 
 
+PR_SET_PDEATHSIG = 1
+_prctl: Callable[..., int] | None = None
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    global _prctl
+    if _prctl is None:
+        try:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _prctl = lambda *_args: -1  # noqa: E731  (not Linux: the other layers still apply)
+    return _prctl
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A `preexec_fn` for Popen: the child gets `sig` when the thread that started it dies."""
+    parent = os.getpid()
+    prctl = _libc_prctl()
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died between fork and prctl: nobody will ask
+            os._exit(125)
+
+    return preexec
+
+
 def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
     """Kill a child's whole process group; ignore an already-gone group."""
     try:
@@ -62,6 +91,7 @@ def run_isolated(argv: Sequence[str], timeout: float, env: Mapping[str, str] | N
             list(argv), stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env) if env is not None else None,
             cwd=cwd, start_new_session=True, text=True, errors="replace",
+            preexec_fn=die_with_parent(),  # killed by the kernel if gpu-doctor is (kill -9)
         )
     except OSError as exc:
         return Isolated(tuple(argv), None, "", f"cannot start {argv[0]}: {exc.strerror or exc}",

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from doctor.launch import rendezvous, slurm
+from doctor.launch import reaper, rendezvous, slurm
 from doctor.launch.events import (
     Event,
     Note,
@@ -112,6 +112,7 @@ class Launcher:
         self._started = False
         self._t0 = 0.0
         self.master = ""
+        self.marker = reaper.new_marker()  # in every rank's environment: finds its descendants
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -249,11 +250,20 @@ class Launcher:
                 return
             self._spawn_all()
             self._watch()
+            self._stop_survivors()
             self._finish()
         except Exception as exc:  # never leave ranks behind on an internal error
             self._kill_all(signal.SIGKILL)
+            self._stop_survivors()
             self._post(Note("error", f"internal error: {type(exc).__name__}: {exc}"))
             self._finish(internal_error=f"{type(exc).__name__}: {exc}")
+
+    def _stop_survivors(self) -> None:
+        """Kill what the ranks left running outside their groups (`setsid` grandchildren)."""
+        left = reaper.stop_survivors(self.marker)
+        if left:
+            self._post(Note("warn", f"stopped {len(left)} process(es) the ranks left running "
+                                    f"(pids {', '.join(map(str, left[:10]))}): nothing outlives the launch"))
 
     def _prepare(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -327,10 +337,11 @@ class Launcher:
         for r in proc.ranks:
             self._logs[r] = open(self._status[r].log_path, "ab", buffering=0)  # noqa: SIM115
         try:
+            env = reaper.marked(dict(plan.env(base) if plan else base), self.marker)
             proc.popen = subprocess.Popen(
-                list(proc.argv), env=plan.env(base) if plan else base, cwd=str(self.spec.workdir),
+                list(proc.argv), env=env, cwd=str(self.spec.workdir),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, bufsize=0)
+                start_new_session=True, bufsize=0, preexec_fn=reaper.die_with_parent())
         except OSError as exc:
             text = f"gpu-doctor: cannot start {proc.argv[0]}: {exc.strerror or exc}"
             for r in proc.ranks:

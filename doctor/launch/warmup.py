@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from doctor.isolate import die_with_parent
+
 WARMUP_CODE = r"""
 import json, sys
 out = {"ok": False, "kind": "", "error": None, "torch": None, "torch_cuda": None}
@@ -100,7 +102,7 @@ def _attempt(python: str, env: Mapping[str, str], cwd: str | None, limit: float,
     try:
         proc = subprocess.Popen([python, "-c", WARMUP_CODE], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(env),
-                                cwd=cwd, start_new_session=True)
+                                cwd=cwd, start_new_session=True, preexec_fn=die_with_parent())
     except OSError as exc:
         return {"ok": False, "kind": "no_torch", "error": f"cannot run {python}: {exc.strerror or exc}"}
     deadline = time.monotonic() + limit
