@@ -117,6 +117,9 @@ def leave_stuck_probes(code: int) -> int:
     stuck = [t for t in threading.enumerate()
              if t is not threading.current_thread() and t.is_alive() and not t.daemon]
     if stuck:
+        from doctor.isolate import kill_live_groups
+
+        kill_live_groups()  # their children and grandchildren go with them, not to init
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

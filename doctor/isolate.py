@@ -74,6 +74,18 @@ def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
     return preexec
 
 
+LIVE_GROUPS: set[int] = set()  # process groups of isolated children still being waited for
+
+
+def kill_live_groups() -> None:
+    """Kill every isolated child's group now (the process is leaving without its probe threads)."""
+    for pgid in list(LIVE_GROUPS):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
     """Kill a child's whole process group; ignore an already-gone group."""
     try:
@@ -96,6 +108,7 @@ def run_isolated(argv: Sequence[str], timeout: float, env: Mapping[str, str] | N
     except OSError as exc:
         return Isolated(tuple(argv), None, "", f"cannot start {argv[0]}: {exc.strerror or exc}",
                         time.monotonic() - start, False)
+    LIVE_GROUPS.add(proc.pid)
     try:
         out, err = proc.communicate(stdin_text, timeout=max(timeout, 0.01))
         timed_out = False
@@ -109,5 +122,6 @@ def run_isolated(argv: Sequence[str], timeout: float, env: Mapping[str, str] | N
     finally:
         # A probe may leave grandchildren in its group even when it exits.
         kill_group(proc)
+        LIVE_GROUPS.discard(proc.pid)
     return Isolated(tuple(argv), proc.returncode, out or "", err or "",
                     time.monotonic() - start, timed_out)

@@ -37,3 +37,10 @@ def fake_node(tmp_path: Path, fake_libs: Path) -> Callable[..., dict[str, str]]:
         return scenario_env(scenario, tmp_path, **knobs)
 
     return make
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fuzz suite's counts (tests/test_fuzz.py), when it ran: every count but `runs` must be 0."""
+    counts = sys.modules.get("fuzz_counts")
+    if counts is not None and counts.COUNTS["runs"]:
+        terminalreporter.write_line("fuzz: " + ", ".join(f"{k} {counts.COUNTS[k]}" for k in counts.KEYS))

@@ -71,9 +71,10 @@ _VENDOR = (
 # NAME=value, NAME: value, "name": "value"; the name decides (`secret_key_name`), not the regex.
 _ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)([\"']?\s*[=:]\s*[\"']?)([^\s\"',;}\]]+)")
 # A quoted value after a secret-looking key ("db_password": "correct battery staple"): all of it.
-_QUOTED_ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)([\"']?[ \t]*[=:][ \t]*)([\"'])([^\"'\n]{1,4096})\3")
+# The value is inside a lookahead: only the key is consumed, so `A: "db_password": "x y"` finds both keys.
+_QUOTED_ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)(?=([\"']?[ \t]*[=:][ \t]*)([\"'])([^\"'\n]{1,4096})\3)")
 # YAML / INI / prose: `password: correct battery staple`, `passwd = x y`: to the end of the line.
-_LINE_ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)([ \t]*[=:][ \t]*)([^\"'\s][^\n]*)")
+_LINE_KEY = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)([ \t]*[=:][ \t]*)(?=[^\"'\s])")
 # Prose and netrc: `login with password X`, `machine h login u password X`.
 _PROSE = re.compile(r"(?i)\b(password|passwd|passphrase)(\s+(?:is\s+|was\s+)?)([^\s\"']+)")
 _EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]{1,64}@(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,24}\b")
@@ -208,8 +209,8 @@ class Redactor:
         for rule, pattern in _VENDOR:
             text = self._sub(rule, pattern, text, lambda m: MASK)
         text = self._sub("email", _EMAIL, text, lambda m: MASK)
-        text = self._sub("secret_assignment", _QUOTED_ASSIGN, text, _mask_quoted)
-        text = self._sub("secret_assignment", _LINE_ASSIGN, text, _mask_value)
+        text = self._quoted_values(text)
+        text = self._line_values(text)
         text = self._sub("secret_assignment", _PROSE, text,
                          lambda m: m.group(0) if _keep_value(m.group(3)) or m.group(3).startswith("[")
                          else m.group(1) + m.group(2) + MASK)
@@ -218,6 +219,37 @@ class Redactor:
         text = self._sub("high_entropy", _LONG, text,
                          lambda m: MASK if looks_random(m.group(0)) else m.group(0))
         text = self._names(text)
+        return text
+
+    def _quoted_values(self, text: str) -> str:
+        """`"db_password": "correct battery staple"`: the whole quoted value after a secret key."""
+        spans = [m.span(4) for m in _QUOTED_ASSIGN.finditer(text)
+                 if secret_key_name(m.group(1)) and not _keep_value(m.group(4))]
+        for start, end in reversed(spans):
+            text = text[:start] + MASK + text[end:]
+            self.counts["secret_assignment"] += 1
+        return text
+
+    def _line_values(self, text: str) -> str:
+        """`passwd: tiny pony`, `password = two words`: mask to the end of the line after a secret key.
+
+        Keys are found without consuming what follows them, so `A: passwd: x` still finds `passwd`.
+        """
+        spans: list[tuple[int, int]] = []
+        for m in _LINE_KEY.finditer(text):
+            if spans and m.start() < spans[-1][1]:
+                continue  # inside a value already masked
+            if not secret_key_name(m.group(1)):
+                continue
+            start = m.end()
+            end = text.find("\n", start)
+            end = len(text) if end < 0 else end
+            value = text[start:end].rstrip()
+            if value and not _keep_value(value):
+                spans.append((start, start + len(value)))
+        for start, end in reversed(spans):
+            text = text[:start] + MASK + text[end:]
+            self.counts["secret_assignment"] += 1
         return text
 
     def file_text(self, text: str) -> str:
@@ -367,13 +399,6 @@ def _mask_value(m: re.Match[str]) -> str:
     if not secret_key_name(m.group(1)) or _keep_value(m.group(3)):
         return m.group(0)
     return m.group(0)[:m.start(3) - m.start(0)] + MASK
-
-
-def _mask_quoted(m: re.Match[str]) -> str:
-    """"name": "several words" -> the whole quoted value masked when the name says secret."""
-    if not secret_key_name(m.group(1)) or _keep_value(m.group(4)):
-        return m.group(0)
-    return m.group(1) + m.group(2) + m.group(3) + MASK + m.group(3)
 
 
 def split_hosts(value: str, limit: int = 256) -> list[str]:
