@@ -17,6 +17,7 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+OTF2_HEADER = "/usr/include/otf2/otf2.h"
 FALLBACK = "the timeline will use its pure-Python reader (slower; same results)"
 
 
@@ -42,7 +43,7 @@ def otf2_flags() -> tuple[list[str], list[str]] | None:
     cflags = tool_words("pkg-config", "--cflags", "otf2")
     if cflags is not None:
         return cflags, tool_words("pkg-config", "--libs", "otf2") or ["-lopen-trace-format2"]
-    if os.path.exists("/usr/include/otf2/otf2.h"):
+    if os.path.exists(OTF2_HEADER):
         return [], ["-lopen-trace-format2"]
     return None
 
@@ -77,4 +78,5 @@ def extensions() -> list[Extension]:
                       extra_compile_args=[*cflags, "-O2", "-std=c11"], extra_link_args=ldflags)]
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
+if __name__ == "__main__":   # setuptools' build backend runs this file as __main__
+    setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
