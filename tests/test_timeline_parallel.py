@@ -200,3 +200,30 @@ def test_ci_builds_the_c_reader() -> None:
     """Fails in CI (CI=true) when the extension is missing; skips elsewhere with the reason."""
     require_c_reader()
     assert creader.choose("auto") == "c"
+
+
+@pytest.mark.parametrize("name", ["hip-trace-mi300", "mpi-pingpong-trace"])
+def test_both_readers_agree_on_real_score_p_traces(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    require_c_reader()
+    path = ROOT.parent / "shared" / "fixtures" / "scorep" / name
+    if not path.is_dir():
+        pytest.skip(f"real Score-P output {path} is absent (see ../shared/fixtures/scorep/PROVENANCE.md)")
+    c = document([str(path), "--reader", "c"], capsys)
+    python = document([str(path), "--reader", "python"], capsys)
+    assert without_reader(c) == without_reader(python)
+    assert [r["reader"] for run in c["runs"] for r in run["rank_timelines"]] == ["c"] * (2 if "mpi" in name else 1)
+
+
+def test_a_fifo_in_the_archive_is_a_note_not_a_hang(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ddp_rank(tmp_path / "scorep_rank_0", step=1100, exposed=100)
+    bad = ddp_rank(tmp_path / "scorep_rank_1", step=1100, exposed=100)
+    evt = next((bad / "traces").glob("*.evt"))
+    evt.unlink()
+    os.mkfifo(evt)
+    doc = document([str(tmp_path), "--jobs", "1"], capsys)
+    assert [r["rank"] for r in doc["runs"][0]["rank_timelines"]] == [0]
+    assert any(f"{evt}: not a regular file" in n for n in doc["runs"][0]["notes"])
+    fifo = tmp_path / "part.json"
+    os.mkfifo(fifo)
+    assert main(["--merge", str(fifo)]) == 2
+    assert "not a regular file" in capsys.readouterr().err

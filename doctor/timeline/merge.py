@@ -15,6 +15,7 @@ the result equals reading the whole run at once.
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -40,6 +41,8 @@ class MergeError(Exception):
 
 def load(path: Path) -> dict[str, Any]:
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise MergeError(f"{path}: not a regular file (a FIFO or a device?)")
         with path.open("rb") as f:
             doc = json.loads(f.read(256 << 20))
     except OSError as exc:

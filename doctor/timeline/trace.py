@@ -12,7 +12,9 @@ adding up by hand what Vampir's Master Timeline shows.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +67,7 @@ def read_trace(experiment: Path, step_regex: re.Pattern[str], window: str = "reg
 
     path = creader.choose(reader)
     anchor = experiment / "traces.otf2"
+    _refuse_special_files(experiment)
     try:
         trace = otf2.reader.Reader(str(anchor))
     except Exception as exc:  # the otf2 package raises its own and ctypes errors alike
@@ -204,6 +207,24 @@ def _stream(trace: Any, selection: _Selection, sweeps: list[RankSweep],
     finally:
         _otf2.Reader_CloseGlobalEvtReader(handle, global_reader)
         _otf2.Reader_CloseEvtFiles(handle)
+
+
+def _refuse_special_files(experiment: Path) -> None:
+    """The OTF2 library would wait forever on a FIFO (or read a device without end): every file
+    of the archive must be a regular one."""
+    paths = [experiment / "traces.otf2", experiment / "traces.def"]
+    try:
+        with os.scandir(experiment / "traces") as entries:
+            paths += [Path(e.path) for e in entries]
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or (stat.S_ISDIR(mode) and path.parent.name == "traces")):
+            raise TraceError(f"{path}: not a regular file (a FIFO or a device?); the trace is not read")
 
 
 def _open_events(handle: Any, locations: list[Any], _otf2: Any) -> Any:
