@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from doctor.cli import Parser, UsageError, positive_int
+from doctor.arguments import Parser, UsageError, positive_int
 from doctor.timeline import creader
 from doctor.timeline.analyse import WINDOWS, analyse
 from doctor.timeline.classify import DEFAULT_STEP_REGEX

@@ -10,14 +10,13 @@ an order of magnitude faster.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from doctor.timeline.trace import _Selection
+from typing import Any
 
 C, PYTHON, AUTO = "c", "python", "auto"
 READERS = (AUTO, C, PYTHON)
@@ -26,10 +25,21 @@ NOT_BUILT = ("the C reader (doctor.timeline._sweep) is not built: install libope
              "(or put a Score-P/OTF2 install's otf2-config on PATH) and reinstall gpu-doctor")
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What to stream: each location's ref, its rank's slot, and whether it is a GPU stream."""
+
+    locations: list[tuple[Any, int, bool]]
+    kinds: dict[int, int]
+    step_regions: dict[int, str]
+    start: int
+    resolution: int
+
+
 @functools.cache
 def _extension() -> tuple[ModuleType | None, str]:
     try:
-        from doctor.timeline import _sweep  # type: ignore[attr-defined]
+        _sweep = importlib.import_module("doctor.timeline._sweep")
     except ImportError as exc:
         reason = NOT_BUILT if "_sweep" in str(exc) and "No module" in str(exc) else f"{NOT_BUILT} ({exc})"
         return None, reason
@@ -61,7 +71,7 @@ def choose(reader: str) -> str:
     return reader
 
 
-def stream(anchor: Path, selection: _Selection, window: str, keep_steps: int, ranks: int,
+def stream(anchor: Path, selection: Selection, window: str, keep_steps: int, ranks: int,
            on_events: Callable[[int], None] | None) -> list[dict[str, Any]]:
     """Sweep the selected locations in C; one state per rank slot for `RankSweep.restore`.
     Raises RuntimeError with the OTF2 library's message when the events cannot be read."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from doctor.timeline import creader
 from doctor.timeline.classify import Kind, gpu_device, region_kind, role_name
+from doctor.timeline.creader import Selection
 from doctor.timeline.model import RankTimeline
 from doctor.timeline.sweep import RankSweep
 
@@ -41,17 +42,6 @@ class _Rank:
     gpu_locations: list[str] = field(default_factory=list)
     devices: list[int | str] = field(default_factory=list)
     events: int = 0
-
-
-@dataclass(frozen=True)
-class _Selection:
-    """What to stream: each location's ref, its rank's slot, and whether it is a GPU stream."""
-
-    locations: list[tuple[Any, int, bool]]
-    kinds: dict[int, int]
-    step_regions: dict[int, str]
-    start: int
-    resolution: int
 
 
 def read_trace(experiment: Path, step_regex: re.Pattern[str], window: str = "region",
@@ -120,7 +110,7 @@ def _read(trace: Any, experiment: Path, step_regex: re.Pattern[str], window: str
 
 def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int, resolution: int,
             keep_rank: Callable[[int | None], bool] | None) -> tuple[list[tuple[tuple[int | None, str], _Rank]],
-                                                                     _Selection]:
+                                                                     Selection]:
     """The ranks (by identity, in rank order) and the locations whose events matter."""
     import otf2
 
@@ -158,10 +148,10 @@ def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int
         if location.number_of_events and (is_gpu or step_regions):
             selected.append((location, rank.slot, is_gpu))
             rank.events += int(location.number_of_events)
-    return ranks, _Selection(selected, kinds, step_regions, start, resolution)
+    return ranks, Selection(selected, kinds, step_regions, start, resolution)
 
 
-def _stream(trace: Any, selection: _Selection, sweeps: list[RankSweep],
+def _stream(trace: Any, selection: Selection, sweeps: list[RankSweep],
             on_events: Callable[[int], None] | None, _otf2: Any) -> None:
     """The Python reader: run the selected locations' Enter/Leave records through the sweeps."""
     handle = trace.handle
