@@ -87,6 +87,18 @@ def test_jobs_2_gives_the_same_report_as_jobs_1(tmp_path: Path) -> None:
     assert all(u.peak_rss_mib and u.peak_rss_mib < 1024 for u in finished)
 
 
+def test_the_processes_of_one_mpi_style_trace_are_read_in_parts(tmp_path: Path) -> None:
+    processes = [Process((compute(7, 0, 600 + 50 * r), comm(20, 400, 1000)), ((0, 500), (500, 1000)), device=r,
+                         name=f"MPI Rank {r}") for r in range(5)]
+    trace = write_trace(tmp_path / "scorep-20240101_1200_mpi", processes, resolution=MS)
+    updates: list[Progress] = []
+    parallel = analyse([trace], jobs=2, on_progress=updates.append)
+    assert parallel.to_json() == analyse([trace], jobs=1).to_json()
+    assert [r.rank for r in parallel.runs[0].ranks] == [0, 1, 2, 3, 4]
+    finished = [u for u in updates if u.finished]
+    assert [u.total for u in finished] == [2, 2] and sorted(u.events for u in finished) == [20, 30]
+
+
 def test_rank_ranges_merged_equal_one_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     job(tmp_path)
     processes = [Process((compute(7, 0, 600), comm(20, 400, 1000)), ((0, 1000),), name=f"MPI Rank {r}")

@@ -8,7 +8,7 @@ from pathlib import Path
 from doctor.timeline import creader
 from doctor.timeline.classify import DEFAULT_STEP_REGEX, compile_step_regex
 from doctor.timeline.discover import group_runs
-from doctor.timeline.experiment import ReadOptions, build_run, wanted
+from doctor.timeline.experiment import ExperimentRead, ReadOptions, build_run, joined, tasks_for, wanted
 from doctor.timeline.model import RankRange, TimelineReport
 from doctor.timeline.parallel import read_all
 from doctor.timeline.progress import Progress
@@ -35,8 +35,11 @@ def analyse(paths: Sequence[Path] | Path, step_regex: str | None = None, window:
         notes.append("no Score-P experiment folders (traces.otf2, profile.cubex, scorep_rank_N, "
                      f"scorep-*) under {', '.join(str(r) for r in roots)}")
     chosen = [(folder, [e for e in folder.experiments if wanted(e, rank_range)]) for folder in folders]
-    reads = iter(read_all([e for _, experiments in chosen for e in experiments], options, jobs, on_progress))
-    runs = [build_run(folder.label, folder.path, [next(reads) for _ in experiments])
+    tasks = tasks_for([e for _, experiments in chosen for e in experiments], jobs)
+    parts: dict[Path, list[ExperimentRead]] = {}
+    for task, read in zip(tasks, read_all(tasks, options, jobs, on_progress), strict=True):
+        parts.setdefault(task.experiment, []).append(read)
+    runs = [build_run(folder.label, folder.path, [joined(parts[e]) for e in experiments])
             for folder, experiments in chosen if experiments or rank_range is None]
     scaling, scaling_notes = scaling_table(runs)
     return TimelineReport(step_regex=pattern.pattern if step_regex is not None else DEFAULT_STEP_REGEX,

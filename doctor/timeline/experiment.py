@@ -40,6 +40,7 @@ class ExperimentRead:
     profile: ProfileSums | None = None
     notes: tuple[str, ...] = ()
     events: int = 0
+    failed: bool = False       # its trace could not be read
 
 
 def folder_rank(experiment: Path) -> int | None:
@@ -55,14 +56,56 @@ def wanted(experiment: Path, rank_range: RankRange | None) -> bool:
     return rank_range is None or number is None or number in rank_range
 
 
-def read_experiment(experiment: Path, options: ReadOptions,
-                    on_events: Callable[[int], None] | None = None) -> ExperimentRead:
-    """One experiment folder: the trace's timelines where it has a trace, else its profile."""
+@dataclass(frozen=True)
+class Task:
+    """One worker's share: an experiment folder, or part `k` of `n` of its processes (block k of
+    the trace's processes in their order: the parts' ranks, put one after the other, are the
+    whole trace's)."""
+
+    experiment: Path
+    part: tuple[int, int] | None = None
+
+
+def tasks_for(experiments: list[Path], jobs: int) -> list[Task]:
+    """Folders, and where there are fewer folders than jobs, the traces not named per rank
+    (one trace holding many processes, MPI-style) split into parts."""
+    parts = jobs // len(experiments) if experiments else 1
+    tasks = []
+    for experiment in experiments:
+        if parts > 1 and folder_rank(experiment) is None and (experiment / "traces.otf2").is_file():
+            tasks += [Task(experiment, (k, parts)) for k in range(parts)]
+        else:
+            tasks.append(Task(experiment))
+    return tasks
+
+
+def joined(reads: list[ExperimentRead]) -> ExperimentRead:
+    """The parts of one folder as one read, as if it had been read whole: if a part could not
+    be read, neither could the whole trace."""
+    first = reads[0]
+    notes = tuple(dict.fromkeys(note for read in reads for note in read.notes))
+    if any(read.failed for read in reads):
+        profile = next((read.profile for read in reads if read.profile is not None), None)
+        return ExperimentRead(first.path, profile=profile, notes=notes, failed=True)
+    ranks = tuple(rank for read in reads for rank in read.ranks)
+    return ExperimentRead(first.path, ranks, first.profile, notes, sum(r.events for r in ranks))
+
+
+def read_experiment(experiment: Path, options: ReadOptions, on_events: Callable[[int], None] | None = None,
+                    part: tuple[int, int] | None = None) -> ExperimentRead:
+    """One experiment folder (or part of its processes): the trace's timelines where it has a
+    trace, else its profile."""
     from doctor.timeline.profile import ProfileError, read_profile
     from doctor.timeline.trace import TraceError, read_trace
 
     notes: list[str] = []
-    keep = options.rank_range.__contains__ if options.rank_range else None
+    rank_range = options.rank_range
+
+    def keep(number: int | None, index: int, count: int) -> bool:
+        return ((rank_range is None or number in rank_range)
+                and (part is None or index * part[1] // count == part[0]))
+
+    failed = False
     if (experiment / "traces.otf2").is_file():
         try:
             ranks = read_trace(experiment, options.step_regex, options.window, options.keep_steps,
@@ -70,18 +113,19 @@ def read_experiment(experiment: Path, options: ReadOptions,
             return ExperimentRead(experiment, tuple(ranks), events=sum(r.events for r in ranks))
         except TraceError as exc:
             notes.append(str(exc))
+            failed = True
     if (experiment / "profile.cubex").is_file():
         if folder_rank(experiment) not in (options.rank_range or RankRange()):
-            return ExperimentRead(experiment, notes=tuple(notes))
+            return ExperimentRead(experiment, notes=tuple(notes), failed=failed)
         try:
             return ExperimentRead(experiment, profile=read_profile(experiment, options.step_regex),
-                                  notes=tuple(notes))
+                                  notes=tuple(notes), failed=failed)
         except ProfileError as exc:
             notes.append(str(exc))
     elif not (experiment / "traces.otf2").is_file():
         notes.append(f"{experiment}: no traces.otf2 or profile.cubex (the rank died before "
                      "Score-P flushed, or the measurement never started)")
-    return ExperimentRead(experiment, notes=tuple(notes))
+    return ExperimentRead(experiment, notes=tuple(notes), failed=failed)
 
 
 def build_run(label: str, path: Path, reads: Iterable[ExperimentRead]) -> RunTimeline:

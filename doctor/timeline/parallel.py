@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from doctor.timeline.experiment import ExperimentRead, ReadOptions, read_experiment
+from doctor.timeline.experiment import ExperimentRead, ReadOptions, Task, read_experiment
 from doctor.timeline.progress import Progress
 
 WORKER_MEMORY = 4 << 30      # address space per worker process (bytes)
@@ -40,36 +40,36 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def read_all(experiments: Sequence[Path], options: ReadOptions, jobs: int,
+def read_all(tasks: Sequence[Task], options: ReadOptions, jobs: int,
              on_progress: Callable[[Progress], None] | None = None) -> list[ExperimentRead]:
-    """Every folder's read, in the order given; never raises for a bad folder."""
-    if jobs <= 1 or len(experiments) <= 1:
-        return [_read_here(i, e, options, len(experiments), on_progress) for i, e in enumerate(experiments)]
-    return _Pool(list(experiments), options, jobs, on_progress).run()
+    """Every task's read, in the order given; never raises for a bad folder."""
+    if jobs <= 1 or len(tasks) <= 1:
+        return [_read_here(i, task, options, len(tasks), on_progress) for i, task in enumerate(tasks)]
+    return _Pool(list(tasks), options, jobs, on_progress).run()
 
 
-def _read_here(index: int, experiment: Path, options: ReadOptions, total: int,
+def _read_here(index: int, task: Task, options: ReadOptions, total: int,
                on_progress: Callable[[Progress], None] | None) -> ExperimentRead:
     def on_events(events: int) -> None:
         if on_progress:
-            on_progress(Progress(total, index, experiment, events))
+            on_progress(Progress(total, index, task.experiment, events))
 
     start = time.perf_counter()
-    read = read_with_notes(experiment, options, on_events)
+    read = read_with_notes(task, options, on_events)
     if on_progress:
         on_progress(_finished(read, total, index + 1, time.perf_counter() - start, None))
     return read
 
 
-def read_with_notes(experiment: Path, options: ReadOptions,
+def read_with_notes(task: Task, options: ReadOptions,
                     on_events: Callable[[int], None] | None) -> ExperimentRead:
     """`read_experiment`, with what the C library wrote to stderr meanwhile as one note."""
     with c_stderr_captured() as said:
-        read = read_experiment(experiment, options, on_events)
+        read = read_experiment(task.experiment, options, on_events, task.part)
     if not said:
         return read
-    note = f"{experiment}: the OTF2 library reported {len(said)} error line(s), e.g. {said[-1]}"
-    return ExperimentRead(read.path, read.ranks, read.profile, (*read.notes, note), read.events)
+    note = f"{task.experiment}: the OTF2 library reported {len(said)} error line(s), e.g. {said[-1]}"
+    return ExperimentRead(read.path, read.ranks, read.profile, (*read.notes, note), read.events, read.failed)
 
 
 @contextlib.contextmanager
@@ -109,7 +109,7 @@ def peak_rss_mib() -> float | None:
     return None
 
 
-def _worker(experiment: Path, options: ReadOptions, cwd: str, conn: Connection) -> None:
+def _worker(task: Task, options: ReadOptions, cwd: str, conn: Connection) -> None:
     """In the worker process: read one folder, send progress, then ("done", read, peak MiB)."""
     os.chdir(cwd)                 # paths stay as the user gave them, as in the serial run
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -117,10 +117,10 @@ def _worker(experiment: Path, options: ReadOptions, cwd: str, conn: Connection) 
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, hard))
     try:
-        read = read_with_notes(experiment, options, lambda events: conn.send(("events", events)))
+        read = read_with_notes(task, options, lambda events: conn.send(("events", events)))
     except MemoryError:
-        read = ExperimentRead(experiment, notes=(
-            f"{experiment}: reading it needed more than {WORKER_MEMORY >> 30} GiB; left out",))
+        read = ExperimentRead(task.experiment, notes=(
+            f"{task.experiment}: reading it needed more than {WORKER_MEMORY >> 30} GiB; left out",), failed=True)
     conn.send(("done", read, peak_rss_mib()))
     conn.close()
 
@@ -128,19 +128,19 @@ def _worker(experiment: Path, options: ReadOptions, cwd: str, conn: Connection) 
 class _Pool:
     """At most `jobs` worker processes; a dead worker becomes a note about its folder."""
 
-    def __init__(self, experiments: list[Path], options: ReadOptions, jobs: int,
+    def __init__(self, tasks: list[Task], options: ReadOptions, jobs: int,
                  on_progress: Callable[[Progress], None] | None):
-        self.experiments = experiments
+        self.tasks = tasks
         self.options = options
         self.jobs = jobs
         self.on_progress = on_progress
-        self.results: list[ExperimentRead | None] = [None] * len(experiments)
+        self.results: list[ExperimentRead | None] = [None] * len(tasks)
         self.running: dict[Connection, tuple[int, Any, float]] = {}
         self.done = 0
         self.context = _context()
 
     def run(self) -> list[ExperimentRead]:
-        waiting = deque(range(len(self.experiments)))
+        waiting = deque(range(len(self.tasks)))
         try:
             while waiting or self.running:
                 while waiting and len(self.running) < self.jobs:
@@ -155,7 +155,7 @@ class _Pool:
 
     def _start(self, index: int) -> None:
         receive, send = self.context.Pipe(duplex=False)
-        process = self.context.Process(target=_worker, args=(self.experiments[index], self.options, os.getcwd(),
+        process = self.context.Process(target=_worker, args=(self.tasks[index], self.options, os.getcwd(),
                                                              send), daemon=True)
         process.start()
         send.close()
@@ -163,28 +163,29 @@ class _Pool:
 
     def _receive(self, conn: Connection) -> None:
         index, process, started = self.running[conn]
-        experiment = self.experiments[index]
+        experiment = self.tasks[index].experiment
         try:
             message = conn.recv()
         except (EOFError, OSError):
             message = None
         if message is not None and message[0] == "events":
             if self.on_progress:
-                self.on_progress(Progress(len(self.experiments), self.done, experiment, message[1]))
+                self.on_progress(Progress(len(self.tasks), self.done, experiment, message[1]))
             return
         del self.running[conn]
         conn.close()
         process.join()
         if message is None:
             read = ExperimentRead(experiment, notes=(f"{experiment}: the reader process died "
-                                                     f"({_exit_reason(process.exitcode)}); left out",))
+                                                     f"({_exit_reason(process.exitcode)}); left out",),
+                                  failed=True)
             peak = None
         else:
             read, peak = message[1], message[2]
         self.results[index] = read
         self.done += 1
         if self.on_progress:
-            self.on_progress(_finished(read, len(self.experiments), self.done, time.perf_counter() - started, peak))
+            self.on_progress(_finished(read, len(self.tasks), self.done, time.perf_counter() - started, peak))
 
 
 def _exit_reason(code: int | None) -> str:

@@ -31,6 +31,10 @@ _RANK_IN_FOLDER = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _RANK_IN_GROUP = re.compile(r"(?:rank|process)\s*(\d+)", re.IGNORECASE)
 
 
+# keep_rank(rank number or None, index among the trace's processes, their count) -> read it?
+RankFilter = Callable[[int | None, int, int], bool]
+
+
 class TraceError(Exception):
     """The trace cannot be read: the message names the problem, one line."""
 
@@ -46,12 +50,12 @@ class _Rank:
 
 def read_trace(experiment: Path, step_regex: re.Pattern[str], window: str = "region",
                keep_steps: int = 10_000, reader: str = "auto",
-               keep_rank: Callable[[int | None], bool] | None = None,
+               keep_rank: RankFilter | None = None,
                on_events: Callable[[int], None] | None = None) -> list[RankTimeline]:
     """One `RankTimeline` per process (rank) in `experiment/traces.otf2`; raises TraceError.
 
-    `reader` is "c" (the C extension), "python" or "auto" (C where built); `keep_rank` picks
-    ranks by number; `on_events` is told the records read so far, every batch."""
+    `reader` is "c" (the C extension), "python" or "auto" (C where built); `keep_rank(number,
+    index, count)` picks ranks (by number, or by position among the trace's `count` processes); `on_events` is told the records read so far, every batch."""
     import _otf2
     import otf2
 
@@ -73,7 +77,7 @@ def read_trace(experiment: Path, step_regex: re.Pattern[str], window: str = "reg
 
 
 def _read(trace: Any, experiment: Path, step_regex: re.Pattern[str], window: str, keep_steps: int,
-          path: str, keep_rank: Callable[[int | None], bool] | None,
+          path: str, keep_rank: RankFilter | None,
           on_events: Callable[[int], None] | None, _otf2: Any) -> list[RankTimeline]:
     defs = trace.definitions
     clock = defs.clock_properties
@@ -109,7 +113,7 @@ def _read(trace: Any, experiment: Path, step_regex: re.Pattern[str], window: str
 
 
 def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int, resolution: int,
-            keep_rank: Callable[[int | None], bool] | None) -> tuple[list[tuple[tuple[int | None, str], _Rank]],
+            keep_rank: RankFilter | None) -> tuple[list[tuple[tuple[int | None, str], _Rank]],
                                                                      Selection]:
     """The ranks (by identity, in rank order) and the locations whose events matter."""
     import otf2
@@ -131,7 +135,7 @@ def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int
     by_group: dict[int, _Rank] = {}
     for index, key in enumerate(ordered):
         identity = _rank_identity(experiment, groups[key], index, len(ordered))
-        if keep_rank is None or keep_rank(identity[0]):
+        if keep_rank is None or keep_rank(identity[0], index, len(ordered)):
             by_group[key] = _Rank(groups[key], len(ranks))
             ranks.append((identity, by_group[key]))
     selected = []
