@@ -239,3 +239,29 @@ def test_a_fifo_in_the_archive_is_a_note_not_a_hang(tmp_path: Path, capsys: pyte
     os.mkfifo(fifo)
     assert main(["--merge", str(fifo)]) == 2
     assert "not a regular file" in capsys.readouterr().err
+
+
+def test_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    import pty
+
+    for r in range(2):
+        ddp_rank(tmp_path / f"scorep_rank_{r}", step=1100, exposed=100)
+    main_end, terminal = pty.openpty()
+    try:
+        res = subprocess.run([sys.executable, "-m", "doctor", "timeline", str(tmp_path), "--jobs", "2"],
+                             stdout=subprocess.PIPE, stderr=terminal, cwd=ROOT, timeout=120)
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main_end, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(main_end)
+    assert res.returncode == 0
+    assert b"reading traces" in shown and b"2/2" in shown, shown[-500:]
+    assert b"[1/2] scorep_rank" not in shown  # the plain lines are for pipes and logs

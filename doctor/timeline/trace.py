@@ -2,9 +2,10 @@
 
 Definitions are read whole (they are small); events are streamed through the OTF2 global event
 reader, which merges every selected location's events in time order, into one `RankSweep` per
-rank. Only Enter and Leave records are delivered to Python, and only for the locations that
-matter: the GPU locations, plus the CPU threads when a step region exists. Memory stays
-bounded whatever the trace's size.
+rank: by the C reader (`_sweep.c`: the same sweep inside OTF2's callbacks, handing back each
+rank's state) or by the Python one (one Python call per Enter/Leave record). Only the locations
+that matter are read: the GPU locations, plus the CPU threads when a step region exists.
+Memory stays bounded whatever the trace's size.
 
 Command line equivalent (roughly): `otf2-print traces.otf2 | grep -E 'ENTER|LEAVE'`, then
 adding up by hand what Vampir's Master Timeline shows.
@@ -55,7 +56,8 @@ def read_trace(experiment: Path, step_regex: re.Pattern[str], window: str = "reg
     """One `RankTimeline` per process (rank) in `experiment/traces.otf2`; raises TraceError.
 
     `reader` is "c" (the C extension), "python" or "auto" (C where built); `keep_rank(number,
-    index, count)` picks ranks (by number, or by position among the trace's `count` processes); `on_events` is told the records read so far, every batch."""
+    index, count)` picks ranks (by number, or by position among the trace's `count`
+    processes); `on_events` is told the records read so far, every batch."""
     import _otf2
     import otf2
 
@@ -113,8 +115,7 @@ def _read(trace: Any, experiment: Path, step_regex: re.Pattern[str], window: str
 
 
 def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int, resolution: int,
-            keep_rank: RankFilter | None) -> tuple[list[tuple[tuple[int | None, str], _Rank]],
-                                                                     Selection]:
+            keep_rank: RankFilter | None) -> tuple[list[tuple[tuple[int | None, str], _Rank]], Selection]:
     """The ranks (by identity, in rank order) and the locations whose events matter."""
     import otf2
 
