@@ -231,6 +231,12 @@ def main() -> int:
     if shutil.which("otf2-print") is None:
         print("bench_timeline: otf2-print is not installed (Debian: otf2-tools)", file=sys.stderr)
         return 2
+    sys.path.insert(0, str(ROOT))
+    from doctor.timeline import creader
+
+    if not creader.available():
+        print(f"bench_timeline: {creader.why_not()}", file=sys.stderr)
+        return 2
     ratio = figure_reader(args.events, args.python_events, args.repeat)
     if args.ranks:
         figure_parallel(args.ranks, args.rank_events, args.jobs, args.repeat)
