@@ -186,6 +186,8 @@ def trace_problem(anchor: str | os.PathLike[str]) -> str | None:
     except OSError as exc:
         return f"{events}: {exc.strerror or exc}"
     for path in candidates:
+        if path.parent == events and path.is_dir() and not path.is_symlink():
+            continue  # a sub-folder of traces/ (the library opens only the files it names)
         if path == anchor or path.exists() or os.path.islink(path):
             why = problem(path)
             if why is not None:
