@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from doctor.facts import Facts
 from doctor.jobfolder.model import Job, PyScript, Site
-from doctor.jobfolder.queries import ev, is_ddp, launches_of, script_problems
+from doctor.jobfolder.queries import ev, is_ddp, launches_of, link_unknown, script_problems
 from doctor.model import Layer, Outcome, fail, passed, skip, warn
 from doctor.registry import check
 
 L = Layer.SCRIPT
 
 
-def _no_scripts() -> Outcome:
-    return skip("no Python training script found in the job folder")
+def _no_scripts(job: Job | None = None) -> Outcome:
+    hidden = link_unknown(job, "no Python training script") if job is not None else None
+    return hidden or skip("no Python training script found in the job folder")
 
 
 def _importer(closure: list[PyScript], path: str) -> Site | None:
@@ -61,7 +62,7 @@ def lazy_scorep_import(facts: Facts) -> list[Outcome]:
     job: Job = facts["job"]
     entries = job.entry_scripts()
     if not entries:
-        return [_no_scripts()]
+        return [_no_scripts(job)]
     out: list[Outcome] = []
     seen: set[tuple[str, int]] = set()
     for entry in entries:
@@ -123,7 +124,7 @@ def destroys_process_group(facts: Facts) -> list[Outcome]:
     job: Job = facts["job"]
     entries = job.entry_scripts()
     if not entries:
-        return [_no_scripts()]
+        return [_no_scripts(job)]
     out: list[Outcome] = []
     for entry in entries:
         closure = job.import_closure(entry, import_time_only=False)
@@ -189,7 +190,7 @@ def stream_self_wait(facts: Facts) -> list[Outcome]:
     job: Job = facts["job"]
     scripts = [s for s in job.scripts if s.role != "snippet"]
     if not scripts:
-        return [_no_scripts()]
+        return [_no_scripts(job)]
     out: list[Outcome] = list(script_problems(job, scripts, "SCR003"))
     for s in scripts:
         for w in s.self_waits:
@@ -227,7 +228,7 @@ def real_cuda_check(facts: Facts) -> list[Outcome]:
     """
     job: Job = facts["job"]
     if not job.scripts:
-        return [_no_scripts()]
+        return [_no_scripts(job)]
     out: list[Outcome] = list(script_problems(job, list(job.scripts), "SCR004"))
     for s in job.scripts:
         for site in s.cuda_asserts:

@@ -2,7 +2,7 @@
 
 Check modules (`checks/*.py`) and fact modules register themselves with the
 decorators below when imported. Keep those modules light: stdlib and `doctor`
-at the top level only; heavy libraries (otf2, libcst, bashlex, torch, textual)
+at the top level only; heavy libraries (otf2, libcst, torch, textual)
 are imported inside the functions that need them, so the gate stays fast.
 """
 
