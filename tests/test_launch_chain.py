@@ -33,6 +33,7 @@ MACHINE = {"SCP001", "TRN002", "LNC003"}
 EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "wrapper": {"SCP002": {("rank_wrapper.sh", 4), ("job.sbatch", 11)},
                 "SCP006": {("rank_wrapper.sh", 3)},
+                "SCP007": {("job.sbatch", 11)},
                 "LNC002": {("rank_wrapper.sh", 4)},
                 "SCR002": {("train.py", 9)}},
     "module": {"LNC002": {("launch.sh", 10)}, "SCR002": {("src/trainer/main.py", 9)}},
@@ -50,6 +51,7 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
 # pattern -> text the fixed folder must hold: each edit went where the value is set, and only there.
 AFTER: dict[str, list[tuple[str, str]]] = {
     "wrapper": [("rank_wrapper.sh", "export SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${RANK}\n"),
+                ("job.sbatch", "export SCOREP_CUDA_ENABLE=kernel,memcpy\n"),
                 ("rank_wrapper.sh", "exec python -m scorep --cuda --mpp=none"),
                 ("job.sbatch", "sleep \"${WARMUP_SLEEP:-10}\"\ndone\nif [ \"$cuda_ready\" != 1 ]")],
     "variable": [("job.sbatch", 'PYTHON_SCOREP="python -m scorep --cuda"\nPYTHON_SCOREP="$PYTHON_SCOREP --mpp=none"\n')],

@@ -217,6 +217,7 @@ class Launch:
     training_target: str | None = None
     training_args: tuple[str, ...] = ()
     inner: Launch | None = None
+    code_span: Span | None = None  # where `code` is written (the -c word, the here-document body)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ class Ctx:
     background: bool = False
     condition: bool = False
     wrappers: tuple[Wrapper, ...] = ()
-    heredoc: tuple[str, int] | None = None  # (body, line of its first line) for the command
+    heredoc: tuple[str, int, Any] | None = None  # (body, line of its first line, its span) for the command
     top: tuple[str, int] | None = None  # (file, line) of the top-level statement being walked
 
 
@@ -237,7 +237,8 @@ class ShellWalker:
         if heredoc is not None:
             hb = next((c for c in heredoc.children if c.type == "heredoc_body"), None)
             if hb is not None:
-                ctx = replace(ctx, heredoc=(ctx.src.text_of(hb), ctx.src.line(ctx.src.start(hb))))
+                ctx = replace(ctx, heredoc=(ctx.src.text_of(hb), ctx.src.line(ctx.src.start(hb)),
+                                            ctx.src.node_span(hb)))
             if body.type == "command":
                 self._command(body, ctx, extra_end=ctx.src.start(heredoc))
                 return
@@ -469,9 +470,10 @@ class ShellWalker:
         if launch is not None and launch.kind == "code":
             k = argv.index("-c", first) if "-c" in argv[first:] else -1
             code_line = words[k + 1].span.line if 0 <= k < len(words) - 1 else line
-            launch = replace(launch, code_line=code_line)
+            code_span = words[k + 1].source if 0 <= k < len(words) - 1 else None
+            launch = replace(launch, code_line=code_line, code_span=code_span)
         elif launch is not None and launch.kind == "stdin" and ctx.heredoc is not None:
-            launch = replace(launch, code=ctx.heredoc[0], code_line=ctx.heredoc[1])
+            launch = replace(launch, code=ctx.heredoc[0], code_line=ctx.heredoc[1], code_span=ctx.heredoc[2])
         inner = launch
         while inner is not None and inner.inner is not None:
             inner = inner.inner
