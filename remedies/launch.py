@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from doctor.jobfolder.model import Command, Job, Launch, Span, Word
-from doctor.model import Safety, Status
+from doctor.model import Phase, Safety, Status
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
 from doctor.remedy.edits import quote_if_needed, shell_files
@@ -66,7 +66,7 @@ def warmup_block(python: str, indent: str = "") -> list[str]:
 
 @remedy("cuda-warmup", Safety.SAFE,
         "Warm up the CUDA runtime outside Score-P before the instrumented launch",
-        fixes=["LNC002", "GPU003", "GPU004"])
+        phase=Phase.LAUNCH, after=["per-rank-launch"], fixes=["LNC002", "GPU003", "GPU004"])
 def cuda_warmup(ctx: RemedyContext) -> None:
     """Before the statement that starts the instrumented run (the outer launcher's, when a
     wrapper script runs `python -m scorep` per worker), once per job script."""
@@ -97,7 +97,8 @@ def cuda_warmup(ctx: RemedyContext) -> None:
 
 
 @remedy("per-rank-launch", Safety.UNSAFE,
-        "Launch one python -m scorep per rank instead of wrapping torchrun", fixes=["LNC001", "ART001"])
+        "Launch one python -m scorep per rank instead of wrapping torchrun",
+        phase=Phase.LAUNCH, fixes=["LNC001", "ART001"])
 def per_rank_launch(ctx: RemedyContext) -> None:
     job = job_of(ctx)
     wrapped = [(c, lch) for c, lch in at_targets(ctx, job.instrumented)
@@ -254,7 +255,7 @@ def _replace_launch(edits: SpanEdits, cmd: Command, run: TorchrunWords, target: 
 
 @remedy("exclude-node", Safety.SAFE,
         "Keep the job off a node whose CUDA runtime never became ready (#SBATCH --exclude=)",
-        fixes=["LNC003", "GPU003"])
+        phase=Phase.LAUNCH, fixes=["LNC003", "GPU003"])
 def exclude_node(ctx: RemedyContext) -> None:
     nodes = _bad_nodes(ctx)
     if not nodes:

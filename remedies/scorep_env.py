@@ -24,7 +24,7 @@ from doctor.jobfolder.scorep_values import (
     parse_size,
     proposed_cuda_buffer,
 )
-from doctor.model import Safety
+from doctor.model import Phase, Safety
 from doctor.registry import manual_remedy, remedy
 from doctor.remedy.draft import RemedyContext
 from doctor.remedy.model import ENV, SCRIPT_LINE, CannotPlan
@@ -102,7 +102,8 @@ def _fix_on_line(edits: SpanEdits, job: Job, var: EnvVar, new: str) -> bool:
 
 
 @remedy("scorep-total-memory", Safety.SAFE,
-        f"Set SCOREP_TOTAL_MEMORY to {TOTAL_MEMORY}: Score-P clamps 4 GiB and above", fixes=["SCP003"])
+        f"Set SCOREP_TOTAL_MEMORY to {TOTAL_MEMORY}: Score-P clamps 4 GiB and above",
+        phase=Phase.FLAGS, fixes=["SCP003"])
 def total_memory(ctx: RemedyContext) -> None:
     """Replace each SCOREP_TOTAL_MEMORY value that is 4 GiB or more, or unparseable, with 3500M."""
     def proposed(var: EnvVar) -> str | None:
@@ -126,7 +127,7 @@ def _buffer_wanted(ctx: RemedyContext) -> int:
 
 
 @remedy("scorep-cuda-buffer", Safety.SAFE,
-        "Set SCOREP_CUDA_BUFFER above CUPTI's proposed minimum", fixes=["SCP004"])
+        "Set SCOREP_CUDA_BUFFER above CUPTI's proposed minimum", phase=Phase.FLAGS, fixes=["SCP004"])
 def cuda_buffer(ctx: RemedyContext) -> None:
     """Raise SCOREP_CUDA_BUFFER where the launch's setting is, else export it before the launch.
 
@@ -173,7 +174,8 @@ def _last_scorep_setting(cmd: Command) -> Span | None:
 
 
 @remedy("scorep-add-cuda", Safety.SAFE,
-        "Add --cuda to python -m scorep so the CUDA adapter is loaded", fixes=["SCP002", "ART002"])
+        "Add --cuda to python -m scorep so the CUDA adapter is loaded",
+        phase=Phase.FLAGS, fixes=["SCP002", "ART002"])
 def add_cuda(ctx: RemedyContext) -> None:
     """Insert `--cuda` right after `-m scorep` (or turn `--nocuda` into `--cuda`), where it is written."""
     job = job_of(ctx)
@@ -197,7 +199,8 @@ def add_cuda(ctx: RemedyContext) -> None:
 
 
 @remedy("scorep-drop-dashdash", Safety.SAFE,
-        "Remove the `--` after python -m scorep (scorep-config rejects it)", fixes=["SCP005"])
+        "Remove the `--` after python -m scorep (scorep-config rejects it)",
+        phase=Phase.FLAGS, fixes=["SCP005"])
 def drop_dashdash(ctx: RemedyContext) -> None:
     job = job_of(ctx)
     edits = SpanEdits(ctx)
@@ -214,7 +217,8 @@ def drop_dashdash(ctx: RemedyContext) -> None:
 
 
 @remedy("scorep-per-rank-dirs", Safety.SAFE,
-        "Give every rank its own SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N", fixes=["SCP006"])
+        "Give every rank its own SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N",
+        phase=Phase.LAUNCH, after=["per-rank-launch"], fixes=["SCP006"])
 def per_rank_dirs(ctx: RemedyContext) -> None:
     """Name each rank's folder from what differs per rank (its loop variable, RANK, SLURM_PROCID),
     in the setting that wins for the launch: the `env`/prefix assignment on the command, or the
@@ -294,7 +298,7 @@ def _per_rank_scope(cmd: Command, var: EnvVar) -> bool:
 
 
 @remedy("scorep-cuda-enable-fix", Safety.SAFE,
-        "Keep only the SCOREP_CUDA_ENABLE entries Score-P accepts", fixes=["SCP007"])
+        "Keep only the SCOREP_CUDA_ENABLE entries Score-P accepts", phase=Phase.FLAGS, fixes=["SCP007"])
 def cuda_enable_fix(ctx: RemedyContext) -> None:
     """Write `scorep_values.CudaEnable.proposed()`, the list SCP007 names, where the value is set."""
     def proposed(var: EnvVar) -> str | None:

@@ -17,7 +17,9 @@ from textual.widgets import Footer, Header, Static
 
 from doctor import registry
 from doctor.case import Case
+from doctor.diagnosis import Diagnosis
 from doctor.model import CheckResult, Evidence
+from doctor.tui.diagnosis_view import links_renderable
 from doctor.tui.status import status_text
 
 CONTEXT_LINES = 3
@@ -56,10 +58,12 @@ class FindingScreen(Screen[None]):
 
     BINDINGS = [Binding("escape,q", "app.pop_screen", "Back"), Binding("f", "app.fix", "Fix")]
 
-    def __init__(self, result: CheckResult, case: Case, job: Any = None) -> None:
+    def __init__(self, result: CheckResult, case: Case, diagnosis: Diagnosis | None = None,
+                 job: Any = None) -> None:
         super().__init__()
         self.result = result
         self.case = case
+        self.diagnosis = diagnosis
         self.job = job  # the parsed job folder (the `job` fact), for the job layers
 
     def compose(self) -> ComposeResult:
@@ -69,6 +73,10 @@ class FindingScreen(Screen[None]):
             yield Static(Text.assemble((f"{r.check_id} ", "bold"), (r.title, "bold"), "  ",
                                        status_text(r.status)), id="finding-title")
             yield Static(Text(r.message), id="finding-message")
+            links = links_renderable(r.check_id, self.diagnosis)
+            if links is not None:
+                yield Static(Text("Diagnosis", style="bold underline"))
+                yield Static(links, id="finding-links")
             yield Static(Text("Evidence", style="bold underline"))
             for f in r.findings:
                 if len(r.findings) > 1:
