@@ -76,7 +76,7 @@ def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) 
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise UnsafeFile(path, f"{kind_of(mode)}, not a regular file; not read")
+            raise UnsafeFile(path, f"not a regular file but {kind_of(mode)}; not read")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
