@@ -192,3 +192,12 @@ def test_the_headless_launch_summary_names_the_check_of_a_failed_rank(tmp_path: 
     lines = summary_lines(RunSummary(1, "rank 1 failed first (exit code 1)", ranks, 1, str(tmp_path), 2.0, 2, "a:1"))
     assert lines[-1].startswith("  rank 1: TRN002 (the FP16 ValueError: PyTorch saw no CUDA device")
     assert lines[-1].endswith(": gpu-doctor explain TRN002")
+
+
+def test_explain_shows_a_checks_place_in_the_chains() -> None:
+    from doctor.catalogue_cli import explain_text
+
+    scr002 = explain_text("SCR002").split("Can explain:\n", 1)[1]
+    assert "  ART003 <- SCR002: a rank that dies before Score-P flushes" in scr002
+    art004 = explain_text("ART004").split("Can be explained by:\n", 1)[1]
+    assert "ART004:cuda_802, SCR001, LNC002, GPU003, GPU004, TRN002 -> ART004:fp16_valueerror" in art004
