@@ -245,11 +245,19 @@ CLEAN_JOBS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from diagnosis_util import bare_python
+
+    return bare_python(tmp_path_factory.mktemp("bare"))
+
+
 @pytest.mark.parametrize("folder,expect", CLEAN_JOBS, ids=[c[0].name for c in CLEAN_JOBS])
-def test_the_gate_lets_realistic_clean_jobs_run(folder: Path, expect: dict[str, str], tmp_path: Path) -> None:
+def test_the_gate_lets_realistic_clean_jobs_run(folder: Path, expect: dict[str, str], tmp_path: Path,
+                                                bare: str) -> None:
     from diagnosis_util import gate
 
-    run = gate(folder, tmp_path, "--json")
+    run = gate(folder, tmp_path, "--json", "--python", bare)
     assert run.rc == 0, run.stdout + run.stderr
     assert {cid: run.status(cid) for cid in expect} == expect
     assert run.doc is not None
