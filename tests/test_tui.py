@@ -316,10 +316,13 @@ def test_launch_screen_shows_where_the_time_went(tmp_path: Path) -> None:
     for rank in range(2):
         write_rank_trace(tmp_path / f"scorep_rank_{rank}", [compute(7, 0, 1000), comm(20, 200, 600)],
                          resolution=1000)
-    text = timeline_text(tmp_path)
+    progress: list[str] = []
+    text = timeline_text(tmp_path, on_progress=progress.append)
     print(text)
     assert "exposed" in text.lower()
     assert "scorep_rank_1" in text or "rank 1" in text.lower()
+    # The reading's progress, as the launch screen shows it while the ranks' traces are read.
+    assert [line.split("]")[0] for line in progress if " events" in line] == ["[1/2", "[2/2"], progress
 
 
 def test_launch_screen_time_breakdown_never_raises(tmp_path: Path) -> None:
