@@ -33,3 +33,18 @@ def test_every_check_with_a_fixable_remedy_has_a_stored_fix_diff() -> None:
                if any((r := registry.REMEDIES.get(rid)) is not None and r.plan is not None for rid in c.remedies)}
     with_diff = {c.check_id for c in ALL if (c.folder / "fix.diff").is_file()}
     assert sorted(fixable - with_diff) == []
+
+
+def test_a_changed_expectation_is_reported_not_blessed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case test can fail: a stored diff that no longer matches what the remedy plans is named."""
+    import shutil
+
+    import check_cases
+
+    monkeypatch.setattr(check_cases, "REGENERATE", False)
+    [original] = [c for c in ALL if c.id == "SCP003/total-memory-4g"]
+    folder = tmp_path / "case"
+    shutil.copytree(original.folder, folder)
+    (folder / "fix.diff").write_text((folder / "fix.diff").read_text().replace("3500M", "3000M"))
+    copy = CheckCase(original.check_id, original.name, folder, original.config)
+    assert compare(copy, produce(copy, tmp_path / "run")) == ["fix.diff"]
