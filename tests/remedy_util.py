@@ -119,3 +119,26 @@ def digest(folder: Path) -> str:
     for name, data in snapshot(folder).items():
         h.update(name.encode() + b"\0" + data)
     return h.hexdigest()
+
+
+DROPPED_LOG = ("[Score-P] src/adapters/cuda/scorep_cupti_activity.c:187: Warning: [CUPTI Activity] Dropped "
+               "85222 records. Current buffer size: 1048576 bytes\nTo avoid dropping of records increase the "
+               "buffer size!\nProposed minimum SCOREP_CUDA_BUFFER=8889000\n")
+NEVER_READY = {"state": "never_ready", "ready_attempt": None, "waited_s": 45.0, "budget_s": 45.0,
+               "attempts": [{"api": "runtime", "code": 802, "attempt": 1, "duration_s": 0.02, "timed_out": False}],
+               "last": {"api": "runtime", "code": 802, "attempt": 1, "duration_s": 0.02, "timed_out": False}}
+
+
+def raised(root: Path, *check_ids: str, host: str = "node07", **facts: object) -> list[Finding]:
+    """The open findings the real checks raise on the job folder `root`, on a healthy node unless
+    `facts` say otherwise (the job's logs are read)."""
+    from jobfolder_util import HEALTHY, case_for
+
+    from doctor.model import Status
+    from doctor.runner import run_checks
+
+    node = {name: value for name, value in HEALTHY.items() if name != "logscan"}
+    run = run_checks(case_for(root, host=host), list(check_ids), budget_s=60, preset_facts={**node, **facts})
+    found = [f for f in run.findings if f.check_id in check_ids and f.status not in (Status.PASS, Status.SKIP)]
+    assert found, f"none of {check_ids} raised anything on {root}"
+    return found
