@@ -91,8 +91,11 @@ class MultiNodeSlurm(LocalSlurm):
     """node1..node3, partition `debug`, optional Prolog; clients run here against 10.213.0.1."""
 
     def __init__(self, root: Path, prolog: Path | None = None, prolog_timeout: int = 60,
-                 cpus: int = 2) -> None:
+                 cpus: int = 2, scratch: Path | None = None) -> None:
+        """`scratch`: a folder that is node-local on every node (a tmpfs of its own per node,
+        in each slurmd's mount namespace), like /scratch or /tmp on a real cluster."""
         super().__init__(root, prolog=prolog, prolog_timeout=prolog_timeout, cpus=cpus)
+        self.scratch = scratch
         self.host = NODES[0]
         self.nodes = NODES
         self.ns_inodes: dict[str, int] = {}
@@ -186,12 +189,21 @@ PartitionName=debug Nodes=node[1-3] Default=YES MaxTime=INFINITE State=UP
                     log_name="slurmctld")
         self._wait(self._scontrol_ok, timeout, "slurmctld did not answer")
         for node in NODES:
-            self._spawn(["nsenter", f"--net=/run/netns/{netns(node)}", "unshare", "--uts", "sh", "-c",
-                         f'hostname {node} && exec /usr/sbin/slurmd -D -f "$0"', str(self.conf)],
+            self._spawn(["nsenter", f"--net=/run/netns/{netns(node)}", *self._node_command(node)],
                         log_name=f"slurmd.{node}")
         self._wait(lambda: all(self.node_state(n) == "idle" for n in NODES), timeout,
                    "the slurmds did not register")
         return self
+
+    def _node_command(self, node: str) -> list[str]:
+        """slurmd with the node's hostname (and, with `scratch`, its own scratch tmpfs)."""
+        if self.scratch is None:
+            return ["unshare", "--uts", "sh", "-c", f'hostname {node} && exec /usr/sbin/slurmd -D -f "$0"',
+                    str(self.conf)]
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        return ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
+                f'hostname {node} && mount -t tmpfs -o size=64m scratch-{node} "$1" && '
+                'exec /usr/sbin/slurmd -D -f "$0"', str(self.conf), str(self.scratch)]
 
     def stop(self) -> None:
         """Cancel the jobs, stop the daemons, kill what is left in the nodes, remove the network."""
