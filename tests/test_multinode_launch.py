@@ -82,3 +82,25 @@ def test_launch_over_two_nodes_uses_the_first_nodes_address_and_a_folder_per_ran
     assert "File does already exist" not in out
     for rank in range(4):
         assert (job_dir / f"scorep_rank_{rank}" / "MANIFEST.md").exists()
+
+
+def test_launch_under_salloc_from_outside_the_nodes_reaches_the_first_node(
+        cluster: MultiNodeSlurm, tmp_path: Path) -> None:
+    """`salloc -N 2 gpu-doctor launch ...` typed on a login node (here: the host, outside every
+    node's namespace): the launcher runs there, the ranks on the two nodes."""
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / "job.py").write_text(DDP_JOB)
+    env = job_env({"GLOO_SOCKET_IFNAME": IFNAME})
+    proc = cluster.run("salloc", "--nodes=2", "--ntasks-per-node=1", f"--chdir={job_dir}",
+                       PYTHON, "-m", "doctor", "launch", "--plain", "--no-warmup", "--workdir", str(job_dir),
+                       "--run-dir", str(job_dir / "run"), "--", "job.py", "--steps", "1",
+                       check=False, timeout=180, env=env)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    master = node_address("node1")
+    assert f"rendezvous {master}:" in proc.stderr
+    for rank, node in ((0, "node1"), (1, "node2")):
+        log = (job_dir / "run" / f"rank_{rank}.log").read_text()
+        assert f"rank {rank} of 2 on node {node} procid {rank} local 0 master {master}:" in log, log
+        assert f"rank {rank} done" in log
