@@ -75,7 +75,7 @@ def pending_targets(plan: Plan) -> tuple[list[FileTarget], list[FileTarget]]:
     return todo, done
 
 
-def _preflight(root: Path, todo: list[FileTarget]) -> None:
+def _preflight(root: Path, todo: list[FileTarget], locked: bool = False) -> None:
     folder = journal.checked_state_dir(root)
     if folder is not None:
         files.probe_folder(folder)
@@ -90,6 +90,8 @@ def _preflight(root: Path, todo: list[FileTarget]) -> None:
         if not t.created:
             files.require_writable(t.path)
         files.probe_folder(t.path.parent)
+    if not locked:  # an apply running in another process looks interrupted until it commits
+        return
     interrupted = [tx for tx in journal.transactions(root) if tx.end == "interrupted" and not tx.undone]
     if interrupted:
         raise RemedyError(f"an earlier apply ({interrupted[-1].tx}) was interrupted; run "
@@ -113,7 +115,7 @@ def apply_plan(plan: Plan, argv: Sequence[str] = ()) -> ApplyResult:
         todo, done = pending_targets(plan)  # again, under the lock
         if not todo:
             return ApplyResult(None, (), tuple(t.path for t in done))
-        _preflight(root, todo)
+        _preflight(root, todo, locked=True)
         tx = new_tx()
         entries = _backup(root, tx, todo)
         journal.append(root, {"type": "begin", "tx": tx, "root": str(root), "argv": list(argv),
