@@ -251,7 +251,7 @@ def rank_spelling(cmd: Command) -> str | None:
     if cmd.loop is not None and cmd.loop.var and cmd.background:
         return "${" + cmd.loop.var + "}"
     rank = cmd.env.get("RANK")
-    if rank is not None and rank in cmd.inline and rank.raw and rank.varies:
+    if rank is not None and rank in cmd.inline and rank.raw:  # `RANK=$r ...`, or one `RANK=0 ... &` each
         return rank.raw
     if cmd.parent is not None:
         return "${RANK}"
