@@ -17,7 +17,7 @@ from doctor import registry
 from doctor.atomic import write_atomic
 from doctor.cli import UsageError, case_from_args, print_json
 from doctor.playbook import PlaybookError, load_playbook
-from doctor.runner import CheckFinished, Event, run_checks
+from doctor.runner import CheckFinished, Event, order_checks, run_checks
 from doctor.verdict import ExitCode, exit_code, reason_line, run_json
 
 
@@ -30,6 +30,21 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
                 if isinstance(f.data.get("matrix"), str):
                     print("\n".join(f"          {ln}" for ln in f.data["matrix"].splitlines()), file=sys.stderr)
     return on_event
+
+
+def checks_heading(check_ids: list[str]) -> str:
+    """"3 checks", or with the checks they depend on: "2 checks (GPU003, and GPU001 it depends on)".
+
+    The count is of every row that follows and that the verdict counts.
+    """
+    registry.load_checks(check_ids)
+    ran = [c.id for c in order_checks(check_ids)]
+    deps = [c for c in ran if c not in check_ids]
+    head = f"{len(ran)} check{'' if len(ran) == 1 else 's'}"
+    if not deps:
+        return head
+    return f"{head} ({', '.join(check_ids)}, and {', '.join(deps)} {'it' if len(check_ids) == 1 else 'they'} depend" \
+        f"{'s' if len(check_ids) == 1 else ''} on)"
 
 
 def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
@@ -56,7 +71,7 @@ def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
         check_ids += [c for c in playbook.active_checks if c not in check_ids]
     case = dataclasses.replace(case, level=level)
     if not args.quiet:
-        print(f"gpu-doctor {playbook.name}: {len(check_ids)} checks on {case.host}"
+        print(f"gpu-doctor {playbook.name}: {checks_heading(check_ids)} on {case.host}"
               f"{f' for {case.root}' if case.root else ''}", file=sys.stderr)
     run = run_checks(case, check_ids, budget_s=args.timeout, on_event=_progress(args.quiet),
                      playbook=playbook.name, mode="check-only")

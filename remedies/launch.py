@@ -81,8 +81,18 @@ def cuda_warmup(ctx: RemedyContext) -> None:
             continue
         top = min(la.cmd.top_line for la in launches)
         python = launches[0].python.raw
-        doc.insert_lines_before(top, warmup_block(python, doc.indent_of(top)))
+        doc.insert_lines_before(comment_top(doc, top), warmup_block(python, doc.indent_of(top)))
         ctx.write_doc(path, doc, SCRIPT_LINE, "CUDA warm-up loop before the instrumented launch", top)
+
+
+def comment_top(doc: TextDoc, line: int) -> int:
+    """The first line of the comment block right above `line` (a comment belongs to its command)."""
+    while line > 1:
+        above = doc.line_text(line - 1).strip()
+        if not above.startswith("#") or above.startswith(("#!", "#SBATCH")):
+            break
+        line -= 1
+    return line
 
 
 @remedy("per-rank-launch", Safety.UNSAFE,
@@ -99,9 +109,20 @@ def per_rank_launch(ctx: RemedyContext) -> None:
             ctx.create(target, launch_script(la, run, target.name, f"{path.name}:{la.cmd.line}"),
                        f"per-rank launch script: one python -m scorep per rank ({target.name})", 0o755)
             doc = ctx.read_doc(path)
-            _replace_launch(doc, ShellScript(doc), la, run, target, path)
-            ctx.write_doc(path, doc, SCRIPT_LINE, f"torchrun under python -m scorep -> bash ./{target.name}",
-                          la.cmd.line)
+            warmed = WARMUP_MARK in doc.text  # cuda-warmup ran already: one warm-up is enough
+            _replace_launch(doc, ShellScript(doc), la, run, target, path, warmed)
+            summary = f"torchrun under python -m scorep -> bash ./{target.name}"
+            wrapper = la.target.text if la.target is not None and la.target.text.endswith(".py") else None
+            if wrapper:
+                doc.insert_lines_before(la.cmd.top_line, [
+                    f"{doc.indent_of(la.cmd.top_line)}# gpu-doctor per-rank-launch: {target.name} starts the ranks; "
+                    f"{wrapper} is no longer used (delete it once this launch works)"])
+                summary += f"; {wrapper} is left unused"
+            ctx.write_doc(path, doc, SCRIPT_LINE, summary, la.cmd.line)
+            notes = [f"{wrapper} stays in the folder but nothing runs it any more"] if wrapper else []
+            if warmed:
+                notes.append(f"{path.name} already warms CUDA up, so {target.name} is called with --no-warmup")
+            ctx.note = "; ".join(notes)
             done = True
             break  # one launch per script: the offsets of the rest moved
     if not done:
@@ -166,7 +187,7 @@ def _args_text(run: Torchrun) -> str:
 
 
 def _replace_launch(doc: TextDoc, script: ShellScript, la: ScorepLaunch, run: Torchrun,
-                    target: Path, path: Path) -> None:
+                    target: Path, path: Path, warmed: bool = False) -> None:
     """Replace the launch command (up to its last word; redirections stay) with the script's call."""
     cmd = next(c for c in script.commands if c.start == la.cmd.start)
     used = set()
@@ -184,6 +205,8 @@ def _replace_launch(doc: TextDoc, script: ShellScript, la: ScorepLaunch, run: To
     nproc = run.option("--nproc_per_node")
     if nproc and not nproc.isdigit():
         call += f" --nproc {nproc}"
+    if warmed:
+        call += " --no-warmup"
     doc.replace(cmd.start, cmd.words[-1].end, call)
 
 
