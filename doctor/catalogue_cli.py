@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 from doctor import registry
 
 if TYPE_CHECKING:
-    from doctor.cli import Parser
+    from doctor.arguments import Parser
 
 
 def list_checks_parser() -> Parser:
-    from doctor.cli import Parser
+    from doctor.arguments import Parser
 
     p = Parser(prog="gpu-doctor list-checks", description="List every check: ID, layer and title.")
     p.add_argument("--json", action="store_true", help="print the catalogue as JSON")
@@ -21,7 +21,7 @@ def list_checks_parser() -> Parser:
 
 
 def explain_parser() -> Parser:
-    from doctor.cli import Parser
+    from doctor.arguments import Parser
 
     p = Parser(prog="gpu-doctor explain", description="Print one check's What / Why / Example / "
                "Remedy / Fix safety, and its remedies' steps.")

@@ -18,7 +18,7 @@ from doctor import registry
 from doctor.case import Case
 from doctor.catalogue_cli import doc_markdown
 from doctor.model import CheckResult, Evidence
-from doctor.tui.app import status_text
+from doctor.tui.status import status_text
 
 CONTEXT_LINES = 3
 MAX_SOURCE_BYTES = 2_000_000

@@ -41,7 +41,7 @@ from doctor.case import Case
 if TYPE_CHECKING:
     from doctor.launch.engine import Launcher
     from doctor.launch.events import RankStatus, RunSummary
-    from doctor.tui.app import Options
+    from doctor.tui.options import Options
 
 W = TypeVar("W", bound=Widget)
 LOG_MAX_LINES = 2000
