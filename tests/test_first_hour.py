@@ -202,14 +202,3 @@ def test_one_warm_up_after_safe_and_unsafe_fixes(job: Path, steps: list[tuple[st
     warmups = sbatch.count("gpu-doctor: cuda-warmup") + ranks.count("gpu-doctor: cuda-warmup")
     skipped = "bash ./run_ranks.sh" in sbatch and "--no-warmup" in sbatch.split("bash ./run_ranks.sh")[1]
     assert warmups - skipped == 1, sbatch
-
-
-def test_gpu_view_says_no_driver_in_words(fake_node: object) -> None:
-    env = fake_node("no_driver")  # type: ignore[operator]
-    code = ("import time; from doctor.launch.gpus import GpuMonitor\n"
-            "m = GpuMonitor().start()\n"
-            "while m.snapshot()[1] == 'not sampled yet': time.sleep(0.01)\n"
-            "print(m.snapshot()[1])")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
-                          cwd=REPO)
-    assert proc.stdout.strip() == "no NVIDIA driver on this host", proc.stdout + proc.stderr

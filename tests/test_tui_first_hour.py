@@ -160,7 +160,7 @@ def test_after_apply_and_undo_the_list_is_planned_afresh(job: Path) -> None:
     run_app(app, body)
     first_offered, first_selected, _ = seen["first"]
     assert "cuda-warmup" in first_selected
-    assert not any(s == "safe" for s, _ in seen["applied"][0])  # applied: no safe remedy left to offer
+    assert not any(s == "safe" for s, _ in seen["applied"][0]), seen  # applied: no safe remedy left to offer
     assert seen["lnc002"] == Status.PASS  # the warm-up was applied with the rest
     assert seen["undone"][0] == first_offered  # the undone remedies come back...
     assert seen["summary"].startswith(f"{len(first_offered)} remedies to apply")  # ...and the count with them
