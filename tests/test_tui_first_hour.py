@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("textual")
 
 from rich.console import Console  # noqa: E402
-from textual.widgets import DataTable, Input, SelectionList, Static  # noqa: E402
+from textual.widgets import Checkbox, DataTable, Input, SelectionList, Static  # noqa: E402
 
 from doctor.case import Case  # noqa: E402
 from doctor.model import Status  # noqa: E402
@@ -294,12 +294,13 @@ def test_the_launch_form_fields_are_labelled(job: Path) -> None:
         await checks_done(pilot, app)
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-        for wid in ("command", "nproc", "instrument", "warmup"):
+        for wid in ("command", "nproc", "instrument"):
             labels[wid] = str(app.screen.query_one(f"#{wid}").border_title or "")
+        labels["warmup"] = str(app.screen.query_one("#warmup", Checkbox).label)
 
     run_app(app, body)
     assert labels == {"command": "training script and its arguments", "nproc": "ranks",
-                      "instrument": "measurement", "warmup": "CUDA warm-up first"}
+                      "instrument": "measurement", "warmup": "CUDA warm-up"}
 
 
 def test_unselected_remedies_show_an_empty_box(job: Path) -> None:

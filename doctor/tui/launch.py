@@ -138,8 +138,7 @@ class LaunchScreen(Screen[None]):
             yield labelled(Select([("uninstrumented", "none"), ("Score-P --cuda", "scorep")],
                                   value=str(self.options.extra.get("instrument", "none")), id="instrument",
                                   allow_blank=False), "measurement")
-            yield labelled(Checkbox("warm-up", value=bool(self.options.extra.get("warmup", True)),
-                                    id="warmup"), "CUDA warm-up first")
+            yield Checkbox("CUDA warm-up", value=bool(self.options.extra.get("warmup", True)), id="warmup")
             yield Button("Start", variant="primary", id="start")
         yield DataTable(id="ranks", cursor_type="row")
         yield Log(id="rank-log", max_lines=LOG_MAX_LINES, highlight=False)
