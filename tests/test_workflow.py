@@ -73,7 +73,6 @@ def test_bundled_playbooks_name_only_catalogue_checks_and_remedies() -> None:
     for name in names:
         pb = load_playbook(name)
         assert pb.checks, name
-        assert not [r for r in pb.remedies if r not in registry.REMEDIES], name
         referenced = {r for c in pb.checks for r in registry.CHECKS[c].remedies}
         assert not [r for r in referenced if r not in registry.REMEDIES], (name, referenced)
 
@@ -93,9 +92,10 @@ def test_the_reason_line_stays_one_line_naming_every_failing_check(tmp_path: Pat
     assert proc.returncode == 1
     [line] = proc.stdout.splitlines()
     assert line.startswith("gpu-doctor: FAIL on ")
-    for cid in ("SCP002", "SCP003", "SCP005", "LNC001", "LNC002", "SCR001", "SCR002", "SCR003", "TRN001"):
+    for cid in ("SCP002", "SCP003", "SCP005", "LNC001", "SCR002", "SCR003", "TRN001"):
         assert cid in line
     assert "first: SCP002 fail: " in line
+    assert line.endswith(f"; next: gpu-doctor fix {job} --only scorep-add-cuda --diff")
 
 
 def test_a_mistyped_subcommand_is_a_one_line_usage_error() -> None:
