@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from checks.cold_runtime import Adapter, ColdRuntime, cold_runtime, cuda_adapter
+from checks.launcher_cold_runtime import Adapter, ColdRuntime, cold_runtime, cuda_adapter
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Command, Job
 from doctor.jobfolder.queries import code_of, command_data, ev, problem_evidence, ranks, sbatch

@@ -7,8 +7,8 @@ analysed by `ast` in the `job` fact.
 
 from __future__ import annotations
 
-from checks.cold_runtime import Adapter, cold_runtime, cuda_adapter, cuda_set_up_before
-from checks.teardown import framework_teardown
+from checks.launcher_cold_runtime import Adapter, cold_runtime, cuda_adapter, cuda_set_up_before
+from checks.script_teardown import framework_teardown
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Job, PyScript, ScorepImport, Site
 from doctor.jobfolder.queries import ev, is_ddp, launches_of, script_problems
