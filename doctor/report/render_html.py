@@ -131,7 +131,7 @@ def _summary(doc: Mapping[str, Any]) -> str:
 
 
 def _diagnosis(doc: Mapping[str, Any]) -> str:
-    rows = [(esc(cause), badge(status), esc(explains), f"<code>{esc(nxt)}</code>")
+    rows = [(inline(cause), badge(status), esc(explains), f"<code>{esc(nxt)}</code>")
             for cause, status, explains, nxt in view.diagnosis_rows(doc)]
     if not rows:
         return para("No problem to diagnose.")
