@@ -90,8 +90,8 @@ def finding_width(screen: str) -> int:
 def test_the_app_in_tmux_open_fix_apply_undo_export_resize_quit(terminal: Terminal, tmp_path: Path) -> None:
     t = terminal
     t.wait_for("NOT READY")
-    t.keys("Enter")  # the first row's finding
-    t.wait_for("About this check")
+    t.keys("Enter")  # a finding: its evidence, with the source around file:line
+    t.wait_for("Evidence")
     t.keys("Escape")
     t.wait_for("NOT READY")
 
