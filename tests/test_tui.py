@@ -160,6 +160,9 @@ def test_opening_a_finding_shows_its_evidence(job: Path) -> None:
         assert "SCOREP_TOTAL_MEMORY" in text
         assert "job.sbatch" in text
         assert "scorep-total-memory" in text  # the remedy, with its safety
+        # how the job model read the launch: the job script, then the command, its ranks and settings
+        assert "How gpu-doctor read your launch" in text
+        assert "SCOREP_TOTAL_MEMORY=4G" in text and "← job.sbatch:" in text
         ev = next(e for e in app.results["SCP003"].evidence if e.file and e.line)
         source = (job / ev.file if not Path(ev.file).is_absolute() else Path(ev.file)).read_text().splitlines()
         import re
