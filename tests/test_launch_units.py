@@ -357,3 +357,26 @@ def test_gpu_monitor_through_the_fake_nvml_library(fake_node: Callable[..., dict
     out = subprocess.run([PYTHON, "-c", SAMPLE_GPUS], env=cli_env(fake_node(scenario)), capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.startswith(expected), out.stdout + out.stderr
+
+
+def test_ranks_sit_on_nodes_in_blocks_and_a_node_whose_ranks_all_died_is_lost() -> None:
+    from doctor.launch import placement
+    from doctor.launch.events import RankResult, RankState
+
+    nodes = placement.rank_nodes(("gpu07", "gpu08"), 2)
+    assert nodes == {0: "gpu07", 1: "gpu07", 2: "gpu08", 3: "gpu08"}
+    results = [RankResult(0, RankState.KILLED, -15, 1, "", ()), RankResult(1, RankState.FAILED, 1, 1, "", ()),
+               RankResult(2, RankState.FAILED, -9, 1, "", ()), RankResult(3, RankState.FAILED, -9, 1, "", ())]
+    assert placement.lost_nodes(results, nodes) == {"gpu08": [2, 3]}
+
+
+def test_rendezvous_marks_say_rank_node_and_what_round_trip() -> None:
+    from doctor.launch import placement
+
+    line = placement.reach_line(3, "gpu08", "10.0.0.7:29512", False, "connect timed out after 3 s")
+    assert line == "gpu-doctor: rank 3 on gpu08 cannot reach 10.0.0.7:29512 (connect timed out after 3 s)"
+    assert placement.parse_mark(line) == placement.RendezvousMark(3, "gpu08", "unreachable",
+                                                                  "connect timed out after 3 s")
+    joined = placement.parse_mark(placement.joined_line(0, "gpu07", "10.0.0.7:29512"))
+    assert joined == placement.RendezvousMark(0, "gpu07", "joined")
+    assert placement.parse_mark("gpu-doctor: rank 3 says hello") is None
