@@ -156,4 +156,10 @@ def summary_lines(summary: RunSummary, tail: int = 10) -> list[str]:
         first = summary.rank(summary.first_failed)
         lines.append(f"  last lines of rank {first.rank} ({first.log_path}):")
         lines.extend(f"    | {line}" for line in first.last_lines[-tail:])
+    failed = [r.rank for r in summary.ranks if r.state == "failed"]  # died, not stopped by us
+    if failed:
+        from doctor.launch.failures import rank_failures
+
+        for f in rank_failures(summary.run_dir, failed):
+            lines.append(f"  {f.text()}: gpu-doctor explain {f.check_id}")
     return lines
