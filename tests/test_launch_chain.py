@@ -140,6 +140,10 @@ def test_the_process_tree_names_each_link_with_its_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "doctor", "--check-only", "--playbook", "scorep-ddp", "--json",
                            str(CHAIN / "wrapper" / "broken")], capture_output=True, text=True, timeout=120)
     doc = json.loads(proc.stdout)
+    import jsonschema
+
+    schema = json.loads((CHAIN.parents[2] / "doctor" / "schemas" / "gate.schema.json").read_text())
+    jsonschema.validate(doc, schema)  # the published schema describes job.processes
     (script,) = doc["job"]["processes"]
     assert script["kind"] == "script" and script["file"] == "job.sbatch"
     (outer,) = script["children"]

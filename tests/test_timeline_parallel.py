@@ -136,7 +136,8 @@ def test_merge_refuses_what_is_not_a_part_of_one_analysis(tmp_path: Path,
 
 
 @pytest.mark.parametrize("argv", [["--rank-range", "4:2"], ["--rank-range", "two"], ["--rank-range", "3"],
-                                  ["--jobs", "0"], ["--merge", "a.json", "--json", "PATH"]])
+                                  ["--jobs", "0"], ["--merge", "a.json", "--json", "PATH"],
+                                  ["--rank-range", "0:2", "--merge", "a.json"]])
 def test_bad_options_are_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["."] + argv if "--merge" not in argv else argv) == 2
     err = capsys.readouterr().err
