@@ -88,7 +88,8 @@ def test_generated_script_is_plain_bash_that_the_checks_can_read(tmp_path: Path)
     assert "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$rank" in doc.text
     job_text = (tmp_path / "job" / "job.sh").read_text()
     # the words as the job shell expands them: `--out "$OUT"` needs no unexported OUT in the script
-    assert 'mkdir -p "$OUT"\nbash ./run_ranks.sh\necho "job done: $?"\n' in job_text
+    assert ('mkdir -p "$OUT"\n# gpu-doctor per-rank-launch: run_ranks.sh starts the ranks; torchrun_wrapper.py is '
+            'no longer used (delete it once this launch works)\nbash ./run_ranks.sh\necho "job done: $?"\n') in job_text
     assert "ddp_train.py --out results --steps 3 &" in doc.text
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
