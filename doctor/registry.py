@@ -47,6 +47,7 @@ REMEDY_MODULES = (
     "remedies.node",
     "remedies.p2p",
     "remedies.scorep_env",
+    "remedies.scorep_measurement",
     "remedies.launch",
     "remedies.code",
     "remedies.trainer",

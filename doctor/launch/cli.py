@@ -28,7 +28,7 @@ from doctor.launch import slurm
 from doctor.launch.engine import Launcher
 from doctor.launch.events import RunSummary
 from doctor.launch.scorep import find_scorep
-from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, LaunchSpec
+from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, LaunchSpec, memory_warning, total_memory_to_set
 from doctor.launch.view import LiveView, PlainView, summary_lines
 
 LAUNCHER_SCRIPTS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
@@ -237,4 +237,11 @@ def main(argv: Sequence[str]) -> int:
         found = find_scorep(spec.python, env)
         if not found.ok:
             raise UsageError(found.problem(spec.python))
+        warning = memory_warning(spec, spec.base_env())
+        if warning:
+            print(f"gpu-doctor: warning: {warning}", file=sys.stderr, flush=True)
+        elif total_memory_to_set(spec, spec.base_env()):
+            print(f"gpu-doctor: SCOREP_TOTAL_MEMORY={total_memory_to_set(spec, spec.base_env())} for each rank "
+                  "(Score-P's default 16000k cannot hold the Python instrumenter's trace of `import torch`)",
+                  file=sys.stderr, flush=True)
     return run_launch(spec, args.plain, args.quiet)

@@ -1,0 +1,124 @@
+"""Remedies for what a Score-P measurement costs (SCP009 memory, SCP010 overhead).
+
+All are `safe`: they change how much Score-P records, not what the job computes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from doctor.model import Safety
+from doctor.registry import remedy
+from doctor.remedy.draft import RemedyContext
+from doctor.remedy.edits import insert_export, launch_files, parse_size, shell_files
+from doctor.remedy.model import ENV, CannotPlan
+from doctor.remedy.shell import ShellScript
+from doctor.scorep_memory import PROPOSED
+
+FILTER_NAME = "scorep.filter"
+# Keep the training script's own functions and the user regions (scorep.user.region names
+# are recorded as `user:NAME`); everything torch, the standard library and site-packages call
+# is left out. Checked with real Score-P 8.4 + scorep 4.5.1: ~300 KB instead of ~40 MB per rank.
+DIAGNOSTIC_FILTER = """\
+# Score-P filter for a diagnostic run, written by gpu-doctor (SCP010).
+# {why}
+SCOREP_REGION_NAMES_BEGIN
+  EXCLUDE {exclude}
+  INCLUDE __main__:* user:*
+SCOREP_REGION_NAMES_END
+"""
+
+
+def _proposals(ctx: RemedyContext, key: str = "proposed") -> list[Any]:
+    return [t.data.get(key) for t in ctx.targets() if t.data.get(key) is not None]
+
+
+def _set_or_export(ctx: RemedyContext, name: str, value: str, smaller: Any) -> None:
+    """Raise NAME where the job assigns it (when `smaller(old)`), else export it before the launch."""
+    seen = False
+    for path in shell_files(ctx):
+        doc = ctx.read_doc(path)
+        for a in ShellScript(doc).assignments(name):
+            seen = True
+            if "$" in a.value:
+                ctx.note = f"{name}={a.value} is only known when the job runs; set it to {value} by hand"
+                continue
+            if not smaller(a.value):
+                ctx.note = f"{name}={a.value} is already enough"
+                continue
+            doc.replace(a.value_start, a.value_end, value)
+            ctx.write_doc(path, doc, ENV, f"{name}={a.value} -> {value}", a.word_line)
+            doc = ctx.read_doc(path)
+    if seen:
+        return
+    files = launch_files(ctx)
+    if not files:
+        raise CannotPlan(f"no `python -m scorep` launch found to set {name} for",
+                         [f"Add `export {name}={value}` to the job script before the instrumented launch."])
+    path, doc, script, launches = files[0]
+    line = insert_export(doc, script, launches[0], name, value)
+    ctx.write_doc(path, doc, ENV, f"export {name}={value}", line)
+
+
+@remedy("scorep-measurement-memory", Safety.SAFE,
+        "Give Score-P enough measurement memory (SCOREP_TOTAL_MEMORY) for what the job instruments",
+        fixes=["SCP009"])
+def measurement_memory(ctx: RemedyContext) -> None:
+    """Set SCOREP_TOTAL_MEMORY to the largest proposal of the findings (256M by default): raise
+    an assignment that is smaller, else export it before the instrumented launch."""
+    sizes = [(parse_size(str(p)) or 0, str(p)) for p in _proposals(ctx)] or [(parse_size(PROPOSED) or 0, PROPOSED)]
+    want, value = max(sizes)
+    _set_or_export(ctx, "SCOREP_TOTAL_MEMORY", value, lambda old: (parse_size(old) or 0) < want)
+
+
+@remedy("scorep-callpath-depth", Safety.SAFE,
+        "Raise SCOREP_PROFILING_MAX_CALLPATH_DEPTH to the depth Score-P reached", fixes=["SCP010"])
+def callpath_depth(ctx: RemedyContext) -> None:
+    """Set SCOREP_PROFILING_MAX_CALLPATH_DEPTH to the depth of the log's warning."""
+    depths = [int(p) for p in _proposals(ctx) if str(p).isdigit()]
+    if not depths:
+        ctx.note = "no call-path depth warning in the logs: nothing to raise"
+        return
+    want = max(depths)
+    _set_or_export(ctx, "SCOREP_PROFILING_MAX_CALLPATH_DEPTH", str(want),
+                   lambda old: not old.isdigit() or int(old) < want)
+
+
+def filter_text(exclude_modules: list[str], source: str | None) -> str:
+    """The filter: EXCLUDE the profile's heaviest modules, or everything, keeping __main__ and user regions."""
+    if exclude_modules:
+        patterns = " ".join(p for m in exclude_modules for p in (f"{m}:*", f"{m}.*"))
+        why = (f"Excludes the modules with the most region visits in {source} (the profile run's "
+               "`scorep-score` ranking).")
+    else:
+        patterns = "*"
+        why = "No profile run yet: measures only the training script's own functions and the user regions."
+    return DIAGNOSTIC_FILTER.format(why=why, exclude=patterns)
+
+
+@remedy("scorep-filter-file", Safety.SAFE,
+        "Write a Score-P filter file for the diagnostic run and set SCOREP_FILTERING_FILE", fixes=["SCP010"])
+def filter_file(ctx: RemedyContext) -> None:
+    """Create scorep.filter next to the job script (from the profile's heaviest modules when a
+    profile run was found) and export SCOREP_FILTERING_FILE before the instrumented launch."""
+    files = launch_files(ctx)
+    if not files:
+        raise CannotPlan("no `python -m scorep` launch in a job script to set SCOREP_FILTERING_FILE for",
+                         ["Write a filter file (see `gpu-doctor explain SCP010`) and `export "
+                          "SCOREP_FILTERING_FILE=scorep.filter` before the instrumented launch."])
+    path, doc, script, launches = files[0]
+    modules: list[str] = []
+    source = None
+    for t in ctx.targets():
+        for m in t.data.get("exclude_modules") or []:
+            if m not in modules:
+                modules.append(str(m))
+        source = source or t.data.get("profile")
+    target = Path(path).parent / FILTER_NAME
+    if ctx.draft.read(target) is None:
+        ctx.create(target, filter_text(modules, source), f"write {FILTER_NAME}")
+    else:
+        ctx.note = f"{target.name} exists already: it is used as it is"
+    line = insert_export(doc, script, launches[0], "SCOREP_FILTERING_FILE", FILTER_NAME)
+    ctx.write_doc(path, doc, ENV, f"export SCOREP_FILTERING_FILE={FILTER_NAME}", line)
