@@ -3,19 +3,31 @@
 `Facts.get(name)` computes a fact on first use (or waits for the thread that
 is computing it) and returns either the provider's value or a `ProbeFailure`.
 Providers never raise into the runner: an exception becomes a failure with
-the probe's name and the reason.
+the probe's name and the reason. Fact modules (probes and analysers) register
+their providers with `@provider(name)` when imported; `provider_for` imports
+them on first use.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from doctor import registry
 from doctor.case import Case
+
+# Modules that provide facts (probes and analysers), imported in this order until one has the fact.
+FACT_MODULES = (
+    "doctor.probes.node",
+    "doctor.probes.p2p",
+    "doctor.jobfolder.facts",
+    "doctor.artifacts.facts",
+)
 
 
 @dataclass(frozen=True)
@@ -103,7 +115,7 @@ class Facts:
 
     def _compute(self, name: str) -> Any:
         try:
-            prov = registry.provider_for(name)
+            prov = provider_for(name)
         except Exception as exc:  # a broken fact module fails only the facts it would give
             return ProbeFailure(name, "error", f"cannot load its provider: {type(exc).__name__}: {exc}")
         if prov is None:
@@ -120,3 +132,51 @@ class Facts:
             value = ProbeFailure(name, "error", f"{type(exc).__name__}: {exc}")
         self.durations_ms[name] = (time.monotonic() - start) * 1000
         return value
+
+
+ProviderFn = Callable[[ProbeContext], Any]
+
+
+@dataclass(frozen=True)
+class FactProvider:
+    """Produces one named fact. `timeout` is the provider's own limit in seconds."""
+
+    name: str
+    fn: ProviderFn
+    timeout: float = 10.0
+    reads_user_files: bool = False
+
+
+PROVIDERS: dict[str, FactProvider] = {}
+_imported: set[str] = set()
+
+
+def provider(name: str, *, timeout: float = 10.0,
+             reads_user_files: bool = False) -> Callable[[ProviderFn], ProviderFn]:
+    """Register a fact provider."""
+
+    def register(fn: ProviderFn) -> ProviderFn:
+        PROVIDERS[name] = FactProvider(name, fn, timeout, reads_user_files)
+        return fn
+
+    return register
+
+
+def provider_for(name: str) -> FactProvider | None:
+    """The provider of fact `name`, importing fact modules in order until one registers it."""
+    for module in FACT_MODULES:
+        if name in PROVIDERS:
+            break
+        if module not in _imported:
+            _import_fact_module(module)
+            _imported.add(module)
+    return PROVIDERS.get(name)
+
+
+def _import_fact_module(name: str) -> None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None:  # a missing module is tolerated so a layer can land without its facts
+        importlib.import_module(name)

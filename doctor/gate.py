@@ -7,16 +7,17 @@ files and runs no user code, so it is safe as a Slurm Prolog run as root.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from doctor import registry
+from doctor.arguments import UsageError, print_json
 from doctor.atomic import write_atomic
-from doctor.cli import UsageError, case_from_args, print_json
-from doctor.playbook import PlaybookError, load_playbook
+from doctor.case import Case
+from doctor.playbook import Playbook
 from doctor.runner import CheckFinished, Event, run_checks
 from doctor.verdict import ExitCode, exit_code, reason_line, run_json
 
@@ -32,33 +33,39 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
     return on_event
 
 
-def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
-    name = args.playbook or ("prologue" if args.path is None else "scorep-ddp")
-    try:
-        playbook = load_playbook(name)
-    except PlaybookError as exc:
-        raise UsageError(str(exc)) from None
-    if playbook.reads_user_files and args.path is None:
-        args.path = "."
-    case = case_from_args(args, gate=True)
-    if not playbook.reads_user_files:
-        case = type(case)(**{**case.__dict__, "root": None})
+@dataclass(frozen=True)
+class GateOptions:
+    """How the gate runs and answers: the `--check-only` flags that do not describe the case."""
+
+    budget_s: float = 60.0
+    fail_on: str = "error"
+    only: tuple[str, ...] = ()  # run just these check IDs (at --level 2)
+    json: bool = False  # the JSON document on stdout instead of the reason line
+    json_file: str | None = None  # also write the JSON document here
+    quiet: bool = False  # no progress on stderr
+    argv: tuple[str, ...] = ()  # the command line, recorded in the JSON document
+
+
+def run_gate(case: Case, playbook: Playbook, options: GateOptions) -> int:
+    """Run the playbook's checks on the case; print the verdict; return the exit code."""
+    if not playbook.reads_user_files:  # the prologue reads no user files, whatever PATH says
+        case = dataclasses.replace(case, root=None)
     check_ids = list(playbook.checks)
-    if args.only:
-        registry.load_checks(args.only)
-        unknown = [c for c in args.only if c.upper() not in registry.CHECKS]
+    if options.only:
+        registry.load_checks(options.only)
+        unknown = [c for c in options.only if c.upper() not in registry.CHECKS]
         if unknown:
             raise UsageError(f"unknown check ID {unknown[0]!r} (see `gpu-doctor list-checks`)")
-        check_ids = [c.upper() for c in args.only]
+        check_ids = [c.upper() for c in options.only]
     # --level 2 (or a playbook that asks for it, or naming checks with --only) runs active tests.
-    level = max(case.level, playbook.level, 2 if args.only else 1)
-    if level >= 2 and not args.only:
+    level = max(case.level, playbook.level, 2 if options.only else 1)
+    if level >= 2 and not options.only:
         check_ids += [c for c in playbook.active_checks if c not in check_ids]
     case = dataclasses.replace(case, level=level)
-    if not args.quiet:
+    if not options.quiet:
         print(f"gpu-doctor {playbook.name}: {len(check_ids)} checks on {case.host}"
               f"{f' for {case.root}' if case.root else ''}", file=sys.stderr)
-    run = run_checks(case, check_ids, budget_s=args.timeout, on_event=_progress(args.quiet),
+    run = run_checks(case, check_ids, budget_s=options.budget_s, on_event=_progress(options.quiet),
                      playbook=playbook.name, mode="check-only")
     if case.root is not None and (case.root / ".gpu-doctor").is_dir():
         # Which remedies `gpu-doctor fix` applied here, and whether they verified.
@@ -68,18 +75,18 @@ def run_gate(args: argparse.Namespace, argv: list[str]) -> int:
             run.extra["applied"] = remedy_states(case.root)
         except (OSError, ValueError) as exc:
             print(f"gpu-doctor: note: cannot read the fix journal: {exc}", file=sys.stderr)
-    doc = run_json(run, args.fail_on, argv)
-    if args.json_file:
+    doc = run_json(run, options.fail_on, list(options.argv))
+    if options.json_file:
         try:
-            target = Path(args.json_file)
+            target = Path(options.json_file)
             target.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(target, (json.dumps(doc, indent=2, default=str) + "\n").encode("utf-8"))
         except OSError as exc:
-            print(f"gpu-doctor: error: cannot write {args.json_file}: {exc.strerror or exc}",
+            print(f"gpu-doctor: error: cannot write {options.json_file}: {exc.strerror or exc}",
                   file=sys.stderr)
             return ExitCode.ERROR
-    if args.json:
+    if options.json:
         print_json(doc)
     else:
-        print(reason_line(run, args.fail_on))
-    return int(exit_code(run, args.fail_on))
+        print(reason_line(run, options.fail_on))
+    return int(exit_code(run, options.fail_on))

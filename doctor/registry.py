@@ -1,7 +1,8 @@
-"""The catalogue: checks, fact providers and remedies, each under a stable ID.
+"""The catalogue: checks and remedies, each under a stable ID.
 
-Check modules (`checks/*.py`) and fact modules register themselves with the
-decorators below when imported. Keep those modules light: stdlib and `doctor`
+Check modules (`checks/*.py`) and remedy modules (`remedies/*.py`) register
+themselves with the decorators below when imported (fact providers register
+with `doctor.facts.provider`). Keep those modules light: stdlib and `doctor`
 at the top level only; heavy libraries (otf2, libcst, bashlex, torch, textual)
 are imported inside the functions that need them, so the gate stays fast.
 """
@@ -13,15 +14,12 @@ import importlib.util
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from doctor.facts import FACT_MODULES, Facts
 from doctor.model import LAYER_ORDER, Layer, Outcome, Safety
 
-if TYPE_CHECKING:
-    from doctor.facts import Facts, ProbeContext
-
-CheckFn = Callable[["Facts"], "Outcome | Iterable[Outcome]"]
-ProviderFn = Callable[["ProbeContext"], Any]
+CheckFn = Callable[[Facts], "Outcome | Iterable[Outcome]"]
 
 # Modules that hold checks, in layer order. Missing modules are tolerated so a
 # layer can land on its own.
@@ -33,14 +31,6 @@ CHECK_MODULES = (
     "checks.script",
     "checks.trainer",
     "checks.artifacts",
-)
-
-# Modules that provide facts (probes and analysers).
-FACT_MODULES = (
-    "doctor.probes.node",
-    "doctor.probes.p2p",
-    "doctor.jobfolder.facts",
-    "doctor.artifacts.facts",
 )
 
 REMEDY_MODULES = (
@@ -73,16 +63,6 @@ class Check:
 
 
 @dataclass(frozen=True)
-class FactProvider:
-    """Produces one named fact. `timeout` is the provider's own limit in seconds."""
-
-    name: str
-    fn: ProviderFn
-    timeout: float = 10.0
-    reads_user_files: bool = False
-
-
-@dataclass(frozen=True)
 class Remedy:
     """A remedy family member. `plan` (issue: remedies) turns a case into a Plan."""
 
@@ -95,7 +75,6 @@ class Remedy:
 
 
 CHECKS: dict[str, Check] = {}
-PROVIDERS: dict[str, FactProvider] = {}
 REMEDIES: dict[str, Remedy] = {}
 _loaded = False
 
@@ -110,17 +89,6 @@ def check(id: str, layer: Layer | str, title: str, *, needs: Sequence[str] = (),
             raise ValueError(f"check {id} registered twice")
         CHECKS[id] = Check(id, Layer(layer).value, title, fn, tuple(needs), tuple(depends_on),
                            tuple(remedies), handles_failures)
-        return fn
-
-    return register
-
-
-def provider(name: str, *, timeout: float = 10.0,
-             reads_user_files: bool = False) -> Callable[[ProviderFn], ProviderFn]:
-    """Register a fact provider."""
-
-    def register(fn: ProviderFn) -> ProviderFn:
-        PROVIDERS[name] = FactProvider(name, fn, timeout, reads_user_files)
         return fn
 
     return register
@@ -201,15 +169,6 @@ def load_checks(check_ids: Iterable[str]) -> None:
         _import_once(module)
         if cid in CHECKS:
             todo.extend(CHECKS[cid].depends_on)
-
-
-def provider_for(name: str) -> FactProvider | None:
-    """The provider of fact `name`, importing fact modules in order until one registers it."""
-    for module in FACT_MODULES:
-        if name in PROVIDERS:
-            break
-        _import_once(module)
-    return PROVIDERS.get(name)
 
 
 def remedy_for(remedy_id: str) -> Remedy | None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor import registry
-from doctor.cli import Parser, UsageError, add_case_args, case_from_args
+from doctor.arguments import Parser, UsageError, add_case_args, case_from_args
 from doctor.model import Evidence, Finding, Status
 from doctor.remedy.model import Plan, RemedyError, RemedyPlan, display_path
 

@@ -8,9 +8,9 @@ import time
 import pytest
 from fakes.node import pid_alive
 
-from doctor import registry
+from doctor import facts, registry
 from doctor.case import Case
-from doctor.facts import ProbeFailure, ProbeTimeout
+from doctor.facts import ProbeFailure, ProbeTimeout, provider
 from doctor.isolate import run_isolated
 from doctor.model import fail, passed
 from doctor.runner import run_checks
@@ -20,12 +20,12 @@ from doctor.runner import run_checks
 def catalogue():
     """Register test checks/providers for one test, then restore the real catalogue."""
     registry.load()
-    saved = dict(registry.CHECKS), dict(registry.PROVIDERS)
+    saved = dict(registry.CHECKS), dict(facts.PROVIDERS)
     yield registry
     registry.CHECKS.clear()
     registry.CHECKS.update(saved[0])
-    registry.PROVIDERS.clear()
-    registry.PROVIDERS.update(saved[1])
+    facts.PROVIDERS.clear()
+    facts.PROVIDERS.update(saved[1])
 
 
 def case() -> Case:
@@ -55,8 +55,8 @@ def test_probe_timeout_and_error_become_timeout_and_unknown(catalogue):
     def broken(ctx):
         raise ValueError("bad NVML answer")
 
-    catalogue.provider("tst_slow")(slow)
-    catalogue.provider("tst_broken")(broken)
+    provider("tst_slow")(slow)
+    provider("tst_broken")(broken)
     catalogue.check("ENG901", "node", "slow", needs=["tst_slow"])(lambda facts: passed("never"))
     catalogue.check("ENG902", "node", "broken", needs=["tst_broken"])(lambda facts: passed("never"))
     run = run_checks(case(), ["ENG901", "ENG902"])
@@ -70,7 +70,7 @@ def test_check_that_handles_failures_sees_the_probe_failure(catalogue):
     def broken(ctx):
         raise OSError("gone")
 
-    catalogue.provider("tst_broken")(broken)
+    provider("tst_broken")(broken)
     seen = []
     catalogue.check("ENG901", "script", "tolerant", needs=["tst_broken"], handles_failures=True)(
         lambda facts: seen.append(facts["tst_broken"]) or passed("coped"))
@@ -92,7 +92,7 @@ def test_isolated_probe_is_capped_by_the_budget(catalogue):
             raise ProbeTimeout(f"sleep did not return within {out.duration_s:.1f} s (killed)")
         return "done"
 
-    catalogue.provider("tst_sleep", timeout=60)(sleeper)
+    provider("tst_sleep", timeout=60)(sleeper)
     catalogue.check("ENG901", "node", "sleepy", needs=["tst_sleep"])(lambda facts: passed("never"))
     t0 = time.monotonic()
     run = run_checks(case(), ["ENG901"], budget_s=1.0)
@@ -102,7 +102,7 @@ def test_isolated_probe_is_capped_by_the_budget(catalogue):
 
 def test_runner_stops_waiting_for_a_probe_that_ignores_the_budget(catalogue):
     release = threading.Event()
-    catalogue.provider("tst_stuck")(lambda ctx: release.wait(30) and "late")
+    provider("tst_stuck")(lambda ctx: release.wait(30) and "late")
     catalogue.check("ENG901", "node", "stuck", needs=["tst_stuck"])(lambda facts: passed("never"))
     try:
         t0 = time.monotonic()
@@ -123,8 +123,8 @@ def test_independent_probes_run_in_parallel(catalogue):
         barrier.wait()
         return "met"
 
-    catalogue.provider("tst_a")(meet)
-    catalogue.provider("tst_b")(meet)
+    provider("tst_a")(meet)
+    provider("tst_b")(meet)
     catalogue.check("ENG901", "script", "a", needs=["tst_a"])(lambda facts: passed(facts["tst_a"]))
     catalogue.check("ENG902", "script", "b", needs=["tst_b"])(lambda facts: passed(facts["tst_b"]))
     run = run_checks(case(), ["ENG901", "ENG902"], budget_s=20)
@@ -133,7 +133,7 @@ def test_independent_probes_run_in_parallel(catalogue):
 
 def test_a_fact_is_gathered_once_per_run(catalogue):
     calls = []
-    catalogue.provider("tst_once")(lambda ctx: calls.append(1) or len(calls))
+    provider("tst_once")(lambda ctx: calls.append(1) or len(calls))
     for cid in ("ENG901", "ENG902", "ENG903"):
         catalogue.check(cid, "script", cid, needs=["tst_once"])(lambda facts: passed(str(facts["tst_once"])))
     run = run_checks(case(), ["ENG901", "ENG902", "ENG903"])

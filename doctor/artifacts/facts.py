@@ -14,8 +14,7 @@ from pathlib import Path
 from doctor.artifacts.discover import discover
 from doctor.artifacts.experiments import Experiments, summarize
 from doctor.artifacts.logscan import LogScan, discover_logs, scan_logs
-from doctor.facts import ProbeContext, ProbeTimeout
-from doctor.registry import provider
+from doctor.facts import ProbeContext, ProbeTimeout, provider
 
 
 def _root_only(ctx: ProbeContext) -> bool:

@@ -18,11 +18,10 @@ import stat
 import sys
 from typing import Any
 
-from doctor.facts import ProbeContext, ProbeFailure
+from doctor.facts import ProbeContext, ProbeFailure, provider
 from doctor.isolate import run_isolated
 from doctor.jobfolder.discover import load_job
 from doctor.jobfolder.model import Job
-from doctor.registry import provider
 
 BINDINGS_PROBE = r"""
 import importlib.util, json, os, sys

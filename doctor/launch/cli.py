@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from doctor.arguments import Parser, UsageError, non_negative_float, positive_float, positive_int
 from doctor.case import Case
-from doctor.cli import Parser, UsageError, non_negative_float, positive_float, positive_int
 from doctor.launch import slurm
 from doctor.launch.engine import Launcher
 from doctor.launch.events import RunSummary

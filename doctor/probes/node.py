@@ -28,10 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor.facts import ProbeContext, ProbeTimeout
+from doctor.facts import ProbeContext, ProbeTimeout, provider
 from doctor.isolate import Isolated, run_isolated
 from doctor.probes.cuda_errors import RETRYABLE
-from doctor.registry import provider
 
 HERE = Path(__file__).resolve().parent
 

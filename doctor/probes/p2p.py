@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from doctor.case import Case
-from doctor.facts import ProbeContext, ProbeTimeout
+from doctor.facts import ProbeContext, ProbeTimeout, provider
 from doctor.isolate import Isolated, run_isolated
-from doctor.registry import provider
 
 HERE = Path(__file__).resolve().parent
 NVML_CHILD = HERE / "p2p_nvml.py"

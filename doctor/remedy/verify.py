@@ -14,7 +14,7 @@ from typing import Any
 
 from doctor import registry
 from doctor.case import Case
-from doctor.facts import ProbeFailure
+from doctor.facts import PROVIDERS, ProbeFailure
 from doctor.model import Finding, Status
 from doctor.remedy import journal
 from doctor.remedy.model import Plan
@@ -38,7 +38,7 @@ def node_presets(check_ids: Sequence[str]) -> dict[str, Any]:
     checks = order_checks(check_ids)
     needed = {n for c in checks for n in c.needs}
     node_only = {n for c in checks if c.layer not in JOB_LAYERS for n in c.needs}
-    probes = {n for n, p in registry.PROVIDERS.items() if p.fn.__module__.startswith("doctor.probes")}
+    probes = {n for n, p in PROVIDERS.items() if p.fn.__module__.startswith("doctor.probes")}
     return {n: ProbeFailure(n, "error", NOT_PROBED) for n in (needed & probes) | node_only}
 
 

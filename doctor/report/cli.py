@@ -8,23 +8,22 @@ report (usage, unwritable output, internal error).
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from doctor.atomic import write_atomic
-from doctor.cli import Parser, UsageError, add_case_args, case_from_args, positive_float
-from doctor.report import bundle, collect, render_html, render_md
-from doctor.report.redact import MASK, RULES, Redactor
+from doctor.arguments import Parser, UsageError, add_case_args, case_from_args, positive_float
+from doctor.report import bundle
+from doctor.report.redact import RULES
+from doctor.report.write import (
+    ReportError,
+    ReportSettings,
+    check_writable,
+    make_report,
+    output_format,
+    write_report,
+)
 from doctor.verdict import ExitCode
-
-FORMATS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html",
-           ".tar.gz": "bundle", ".tgz": "bundle"}
 
 
 def build_parser() -> Parser:
@@ -50,61 +49,6 @@ def build_parser() -> Parser:
     return p
 
 
-def output_format(name: str) -> str:
-    lower = name.lower()
-    for ext, fmt in FORMATS.items():
-        if lower.endswith(ext):
-            return fmt
-    raise UsageError(f"cannot tell the report format from {name!r}: use a name ending in "
-                     ".json, .md, .html or .tar.gz")
-
-
-def check_writable(path: Path) -> None:
-    """Fail before any check runs if the report could not be written there."""
-    if path.is_dir():
-        raise UsageError(f"cannot write {path}: it is a folder")
-    parent = path.parent
-    if not parent.is_dir():
-        raise UsageError(f"cannot write {path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write {path}: folder {parent} is not writable")
-
-
-def report_mode(private: bool) -> int:
-    """0600 for an unredacted report, else what the umask allows."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o600 if private else 0o666 & ~umask
-
-
-def render(fmt: str, doc: dict[str, Any], extra: list[bundle.BundleFile], cap_mb: float,
-           clean: Callable[[str], str] = lambda text: text) -> bytes:
-    """The bytes to write; for a bundle, drops extra files that do not fit under the cap.
-
-    `clean` runs over every rendered text (the last safety net against leaks).
-    """
-    if fmt != "bundle":
-        return clean(_reports(doc)[f"report.{fmt}"]).encode("utf-8")
-    cap = int(cap_mb * 1024 * 1024)
-    base = sum(len(t.encode("utf-8")) for t in _reports(doc).values())
-    if base + bundle.RESERVE > cap:
-        raise UsageError(f"the report alone is {base / 2**20:.1f} MiB, over --max-bundle-mb {cap_mb:g}")
-    kept, dropped = bundle.fit(extra, base, cap)
-    doc["bundle"] = {"max_mb": cap_mb, "files": [f.name for f in kept], "left_out": dropped}
-    kept = [bundle.BundleFile(f.folder, f.label, f.suffix, clean(f.text)) for f in kept]
-    reports = {name: clean(text) for name, text in _reports(doc).items()}
-    return bundle.pack(reports, kept, dropped)
-
-
-def _reports(doc: dict[str, Any]) -> dict[str, str]:
-    return {"report.json": dumps(doc), "report.md": render_md.render(doc),
-            "report.html": render_html.render(doc)}
-
-
-def dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n"
-
-
 def preview_text(summary: dict[str, Any], fmt: str, target: str | None, extra: list[bundle.BundleFile]) -> str:
     head = f"gpu-doctor report preview: nothing written{f' (would write {fmt} to {target})' if target else ''}"
     if not summary["enabled"]:
@@ -116,40 +60,6 @@ def preview_text(summary: dict[str, Any], fmt: str, target: str | None, extra: l
     if extra:
         lines += ["Bundle files besides the report:"] + [f"  {f.name} ({f.size} bytes)" for f in extra]
     return "\n".join(lines)
-
-
-def make_report(args: argparse.Namespace, argv: list[str], preset_facts: dict[str, Any] | None = None
-                ) -> tuple[int, dict[str, Any], Redactor, list[bundle.BundleFile]]:
-    """Run the checks and build the redacted document (and the bundle's extra files)."""
-    from doctor.playbook import PlaybookError, load_playbook
-    from doctor.runner import run_checks
-    from doctor.verdict import exit_code
-
-    case = case_from_args(args)
-    try:
-        playbook = load_playbook(args.playbook or ("node" if case.root is None else "scorep-ddp"))
-    except PlaybookError as exc:
-        raise UsageError(str(exc)) from None
-    check_ids = list(playbook.checks)
-    level = max(case.level, playbook.level)  # as the gate: --level 2 adds the active tests
-    if level >= 2:
-        check_ids += [c for c in playbook.active_checks if c not in check_ids]
-    case = dataclasses.replace(case, level=level)
-    if not args.quiet:
-        print(f"gpu-doctor report: {len(check_ids)} checks ({playbook.name}) on {case.host}", file=sys.stderr)
-    run = run_checks(case, check_ids, budget_s=args.timeout, playbook=playbook.name, mode="report",
-                     preset_facts=preset_facts)
-    raw = collect.build_document(run, argv, args.fail_on)
-    homes, users = collect.homes_and_users()
-    redactor = Redactor.for_environments(
-        [case.env, raw["environment"]["job"]], enabled=not args.no_redact, hash_hosts=args.hash_hosts,
-        homes=homes, users=users, hosts=collect.host_names(run))
-    extra: list[bundle.BundleFile] = []
-    if args.output and output_format(args.output) == "bundle":
-        extra = [f.redacted(redactor.text) for f in bundle.gather(raw, case.root)]
-    doc = redactor.document(raw)
-    doc["redaction"] = redactor.summary()
-    return int(exit_code(run, args.fail_on)), doc, redactor, extra
 
 
 def main(argv: list[str]) -> int:
@@ -166,26 +76,18 @@ def run_report(argv: list[str], preset_facts: dict[str, Any] | None = None) -> i
         target = Path(args.output) if args.output else None
         if target is not None and not args.preview:
             check_writable(target)
-        code, doc, redactor, extra = make_report(args, argv, preset_facts)
+        settings = ReportSettings(playbook=args.playbook, fail_on=args.fail_on, budget_s=args.timeout,
+                                  redact=not args.no_redact, hash_hosts=args.hash_hosts,
+                                  max_bundle_mb=args.max_bundle_mb, quiet=args.quiet, argv=tuple(argv))
+        case = case_from_args(args)
         if args.preview:
+            _, doc, _, extra = make_report(case, settings, fmt, preset_facts)
             print(preview_text(doc["redaction"], fmt, args.output, extra))
             return int(ExitCode.OK)
         assert target is not None
-        data = render(fmt, doc, extra, args.max_bundle_mb, lambda text: scrub(text, redactor))
-        try:
-            write_atomic(target, data, report_mode(private=args.no_redact))
-        except OSError as exc:
-            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
-        print(f"gpu-doctor: wrote {target} ({fmt}, {len(data)} bytes); redaction: "
-              f"{'on' if redactor.enabled else 'OFF'}, {sum(doc['redaction']['counts'].values())} item(s)")
-        return code
-    except UsageError as exc:
+        written = write_report(case, target, settings, preset_facts)
+        print(written.summary())
+        return written.exit_code
+    except (UsageError, ReportError) as exc:
         print(f"gpu-doctor report: error: {exc}", file=sys.stderr)
         return int(ExitCode.ERROR)
-
-
-def scrub(text: str, redactor: Redactor) -> str:
-    """Last safety net: a known secret that still made it into rendered output is masked."""
-    for secret in redactor.leaked(text):
-        text = text.replace(secret, MASK)
-    return text

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from doctor.cli import Parser, UsageError, print_json
+from doctor.arguments import Parser, UsageError, print_json
 from doctor.timeline.analyse import WINDOWS, analyse
 from doctor.timeline.classify import DEFAULT_STEP_REGEX
 

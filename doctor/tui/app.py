@@ -7,10 +7,7 @@ Build it with `make_app(case, options)` so tests can drive it with Pilot.
 
 from __future__ import annotations
 
-import argparse
 import signal
-from dataclasses import dataclass, field
-from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -24,32 +21,9 @@ from doctor.case import Case
 from doctor.model import CheckResult, Status
 from doctor.playbook import load_playbook
 from doctor.runner import CheckFinished, CheckStarted, Event, Run, run_checks
+from doctor.tui.options import Options
+from doctor.tui.status import STATUS_ICON, STATUS_STYLE, status_text
 from doctor.verdict import counts, exit_code
-
-STATUS_STYLE = {
-    Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red",
-    Status.SKIP: "dim", Status.UNKNOWN: "magenta", Status.TIMEOUT: "bold magenta",
-}
-STATUS_ICON = {
-    Status.PASS: "✔", Status.WARN: "▲", Status.FAIL: "✖",
-    Status.SKIP: "·", Status.UNKNOWN: "?", Status.TIMEOUT: "⏱",
-}
-
-
-def status_text(status: Status | None) -> Text:
-    if status is None:
-        return Text("… pending", style="dim italic")
-    return Text(f"{STATUS_ICON[status]} {status.value}", style=STATUS_STYLE[status])
-
-
-@dataclass
-class Options:
-    """What the app was asked for on the command line."""
-
-    playbook: str = "scorep-ddp"
-    budget_s: float = 60.0
-    fail_on: str = "error"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class CheckUpdate(Message):
@@ -320,14 +294,7 @@ def make_app(case: Case, options: Options | None = None) -> DoctorApp:
     return DoctorApp(case, options or Options())
 
 
-def main(args: argparse.Namespace) -> int:
-    from doctor.cli import case_from_args
-
-    if args.path is None:  # the app examines the current folder by default
-        args.path = "."
-    case = case_from_args(args)
-    options = Options(playbook=args.playbook or "scorep-ddp", budget_s=args.timeout,
-                      fail_on=args.fail_on)
+def main(case: Case, options: Options) -> int:
+    """Run the app on the case until it quits; its exit code (as the gate's, 130 on a signal)."""
     result = make_app(case, options).run()
     return int(result or 0)
-

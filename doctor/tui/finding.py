@@ -17,7 +17,7 @@ from textual.widgets import Footer, Header, Static
 from doctor import registry
 from doctor.case import Case
 from doctor.model import CheckResult, Evidence
-from doctor.tui.app import status_text
+from doctor.tui.status import status_text
 
 CONTEXT_LINES = 3
 MAX_SOURCE_BYTES = 2_000_000

@@ -40,7 +40,7 @@ from doctor.case import Case
 if TYPE_CHECKING:
     from doctor.launch.engine import Launcher
     from doctor.launch.events import RankStatus, RunSummary
-    from doctor.tui.app import Options
+    from doctor.tui.options import Options
 
 LOG_MAX_LINES = 2000
 LINES_PER_TICK = 60

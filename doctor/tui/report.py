@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +16,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 from doctor.case import Case
 
 if TYPE_CHECKING:
-    from doctor.tui.app import Options
+    from doctor.tui.options import Options
 
 
 def default_report_path(case: Case) -> Path:
@@ -26,22 +24,18 @@ def default_report_path(case: Case) -> Path:
     return folder / "gpu-doctor-report.html"
 
 
-def write_report(case: Case, target: Path, *, hash_hosts: bool, playbook: str,
-                 facts: dict[str, Any] | None) -> tuple[int, str]:
-    """Write the report through the report command's own code; return (exit code, its words)."""
-    from doctor.report.cli import run_report
+def export_report(case: Case, target: Path, options: Options, *, hash_hosts: bool,
+                  facts: dict[str, Any] | None) -> tuple[int, str]:
+    """Write the report with the report command's own code; return (exit code, one line for the user)."""
+    from doctor.report.write import ReportError, ReportSettings, write_report
 
-    argv = [str(case.root)] if case.root else []
-    argv += ["-o", str(target), "--quiet", "--playbook", playbook]
-    if case.python:
-        argv += ["--python", case.python]
-    if hash_hosts:
-        argv.append("--hash-hosts")
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run_report(argv, preset_facts=facts)
-    words = (out.getvalue() + err.getvalue()).strip().splitlines()
-    return code, words[-1] if words else ""
+    settings = ReportSettings(playbook=options.playbook, fail_on=options.fail_on, budget_s=options.budget_s,
+                              hash_hosts=hash_hosts)
+    try:
+        written = write_report(case, target, settings, preset_facts=facts)
+    except ReportError as exc:
+        return 2, f"gpu-doctor report: error: {exc}"
+    return written.exit_code, written.summary()
 
 
 class ReportScreen(ModalScreen[Path | None]):
@@ -80,8 +74,7 @@ class ReportScreen(ModalScreen[Path | None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="report",
           description="writing the report")
     def write_worker(self, target: Path, hash_hosts: bool) -> None:
-        code, words = write_report(self.case, target, hash_hosts=hash_hosts,
-                                   playbook=self.options.playbook, facts=self.facts)
+        code, words = export_report(self.case, target, self.options, hash_hosts=hash_hosts, facts=self.facts)
         self.app.call_from_thread(self.show_result, target, code, words)
 
     def show_result(self, target: Path, code: int, words: str) -> None:

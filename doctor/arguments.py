@@ -1,0 +1,147 @@
+"""The command-line argument helpers every front end shares: one-line usage errors, the case options.
+
+`UsageError` is bad input from the user (one line, exit code 2); `Parser` is argparse raising it;
+`add_case_args` and `case_from_args` turn the options that describe what is examined into a `Case`.
+Nothing here imports a front end, so the gate, the report, fix, launch and the app all import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from doctor.case import Case
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def seconds(*, allow_zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds, above zero (or from zero with allow_zero)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
+            wanted = "0 or more seconds" if allow_zero else "a positive number of seconds"
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+        return value
+    return parse
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {text!r}")
+        return value
+    return parse
+
+
+positive_float = seconds(allow_zero=False)
+non_negative_float = seconds(allow_zero=True)
+non_negative_int = whole_number(0)
+positive_int = whole_number(1)
+
+
+def add_case_args(p: argparse.ArgumentParser, path_default: str | None = None) -> None:
+    """The options that describe what is examined; shared by the gate, report and fix."""
+    p.add_argument("path", nargs="?", default=path_default, metavar="PATH",
+                   help="the job folder (default: the current folder for job checks)")
+    p.add_argument("--python", metavar="P", help="the job's interpreter (default: the current one)")
+    p.add_argument("--script", action="append", default=[], metavar="FILE",
+                   help="a training script to analyse (repeatable; overrides discovery)")
+    p.add_argument("--launch", action="append", default=[], metavar="FILE",
+                   help="a job/launch script to analyse (repeatable; overrides discovery)")
+    p.add_argument("--log", action="append", default=[], metavar="FILE",
+                   help="a log file to scan (repeatable; overrides discovery)")
+    p.add_argument("--expect-gpus", type=non_negative_int, metavar="N",
+                   help="GPUs this node must have (default: what Slurm allocated, if anything)")
+    p.add_argument("--level", type=int, choices=(1, 2), default=1,
+                   help="2 adds active tests (P2P data integrity)")
+    p.add_argument("--timeout", type=positive_float, default=60.0, metavar="S",
+                   help="global time budget in seconds (default 60)")
+    p.add_argument("--p2p-size", type=p2p_size, metavar="SIZE",
+                   help="bytes per GPU pair for the --level 2 peer-copy test, e.g. 256M (default 32M)")
+
+
+def p2p_size(text: str) -> int:
+    from doctor.probes.p2p import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_path(text: str | None) -> Path | None:
+    """Validate PATH: it must exist and be readable."""
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.exists():
+        raise UsageError(f"PATH {text!r} does not exist")
+    if not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+        raise UsageError(f"PATH {text!r} is not readable")
+    return path.resolve()
+
+
+def check_file(flag: str, text: str) -> Path:
+    """Validate a file named by --script/--launch/--log: it must exist, be a file and be readable."""
+    path = Path(text)
+    if not path.exists():
+        raise UsageError(f"{flag} {text!r} does not exist")
+    if path.is_dir():
+        raise UsageError(f"{flag} {text!r} is a folder, not a file")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{flag} {text!r} is not readable")
+    return path
+
+
+def check_python(text: str | None) -> str | None:
+    """--python must name an interpreter that exists (a path, or a name on PATH)."""
+    if text is None:
+        return None
+    import shutil
+
+    found = shutil.which(text) if "/" not in text else (text if os.access(text, os.X_OK) else None)
+    if found is None or Path(found).is_dir():
+        raise UsageError(f"--python {text!r}: no such interpreter (not an executable file, not on PATH)")
+    return text
+
+
+def case_from_args(args: argparse.Namespace, gate: bool = False) -> Case:
+    return Case(
+        root=check_path(args.path),
+        python=check_python(args.python),
+        scripts=tuple(check_file("--script", s) for s in args.script),
+        launch=tuple(check_file("--launch", s) for s in args.launch),
+        logs=tuple(check_file("--log", s) for s in args.log),
+        expect_gpus=args.expect_gpus,
+        level=args.level,
+        gate=gate,
+        options={"p2p_size": args.p2p_size} if getattr(args, "p2p_size", None) else {},
+    )
+
+
+def print_json(doc: object) -> None:
+    json.dump(doc, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
