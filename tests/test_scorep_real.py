@@ -77,15 +77,17 @@ def read_trace(anchor: Path) -> tuple[int, set[str]]:
     return events, names
 
 
-def launch(folder: Path, env: dict[str, str], flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def launch(folder: Path, env: dict[str, str], flags: str | None, timeout: float = 300) -> subprocess.CompletedProcess:
     """`gpu-doctor launch` of train.py on 2 ranks; once more if torch's gloo teardown aborted a rank
     at exit (a torch 2.13 flake, also without Score-P: see tests/launch_util.py)."""
     for attempt in (1, 2):
         shutil.rmtree(folder / "logs", ignore_errors=True)
         for old in folder.glob("scorep_rank_*"):
             shutil.rmtree(old)
-        res = gpu_doctor(["launch", "--nproc", "2", "--instrument", "scorep", "--scorep-flags", flags,
-                          "--no-warmup", "--plain", "--run-dir", "logs", "--", "train.py"], env, folder, timeout)
+        # flags None: the issue's own command line (default flags, CUDA warm-up), logs kept in the folder
+        options = ["--scorep-flags", flags, "--no-warmup"] if flags is not None else []
+        res = gpu_doctor(["launch", "--nproc", "2", "--instrument", "scorep", *options, "--plain",
+                          "--run-dir", "logs", "--", "train.py"], env, folder, timeout)
         aborted = any(TEARDOWN_ABORT in log.read_text(errors="replace") for log in (folder / "logs").glob("*.log"))
         if not (aborted and res.returncode != 0 and attempt == 1):
             return res
@@ -155,8 +157,10 @@ def test_full_instrumenter_callpath_warning_and_the_filter_remedy(scorep: Path, 
     """The one run that traces all of `import torch`: gpu-doctor's per-rank memory holds it."""
     job_folder(tmp_path)
     env = scorep_env(scorep, SCOREP_ENABLE_TRACING="true")
-    res = launch(tmp_path, env, "")
+    res = launch(tmp_path, env, None)   # default flags "--cuda --thread=pthread"
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "was built without CUDA support (scorep-info config-summary): measuring without --cuda" in res.stderr
+    assert "SCOREP_TOTAL_MEMORY=256M for each rank" in res.stderr
     assert "2/2 ranks measured" in res.stderr
     log = (tmp_path / "logs" / "rank_0.log").read_text()
     m = re.search(r"Score-P callpath depth limitation of 100 exceeded\.\nReached callpath depth was (\d+)\.\n"
@@ -176,7 +180,7 @@ def test_full_instrumenter_callpath_warning_and_the_filter_remedy(scorep: Path, 
     assert "export SCOREP_FILTERING_FILE=scorep.filter" in (tmp_path / "run.sh").read_text()
     assert (tmp_path / "scorep.filter").is_file()
     env["SCOREP_FILTERING_FILE"] = str(tmp_path / "scorep.filter")
-    res = launch(tmp_path, env, "")
+    res = launch(tmp_path, env, "--thread=pthread")
     assert res.returncode == 0 and "2/2 ranks measured" in res.stderr, res.stderr[-3000:]
     filtered = sum(f.stat().st_size for f in (tmp_path / "scorep_rank_0").rglob("*") if f.is_file())
     _events, names = read_trace(tmp_path / "scorep_rank_0" / "traces.otf2")
@@ -253,3 +257,11 @@ def test_scp001_passes_against_the_real_install_and_fails_without_it(scorep: Pat
         (tmp_path / "run.log").read_text()
     assert proc.returncode != 0 or "Traceback" in (tmp_path / "run.log").read_text()
     assert check_only(tmp_path, env)["SCP001"]["status"] == "fail"
+
+
+def test_launch_refuses_cuda_on_a_score_p_without_it_before_starting(scorep: Path, tmp_path: Path) -> None:
+    job_folder(tmp_path)
+    res = launch(tmp_path, scorep_env(scorep), "--cuda --thread=pthread")
+    assert res.returncode == 2
+    assert "--scorep-flags has --cuda, but Score-P at" in res.stderr and "without CUDA support" in res.stderr
+    assert not (tmp_path / "logs").exists() and not list(tmp_path.glob("scorep_rank_*"))
