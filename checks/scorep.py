@@ -526,7 +526,3 @@ def second_cupti_user(facts: Facts) -> list[Outcome]:
                             ev(job, site, "profiler"), "manual-second-cupti",
                             data=site.data() | {"kind": "torch.profiler"}))
     return out or [passed("no second CUPTI user next to Score-P's CUDA adapter")]
-
-
-# SCP009 (measurement memory) and SCP010 (overhead) live in their own module; registered with the SCP layer.
-import checks.scorep_measurement  # noqa: E402,F401

@@ -2,7 +2,7 @@
 
 Both read the job folder before the run and the logs after it. The numbers come
 from real Score-P 8.4 + scorep 4.5.1 runs (doctor/scorep_memory.py,
-tests/test_scorep_real.py). Registered through checks/scorep.py (the SCP module).
+tests/test_scorep_real.py). Found as checks/scorep_<topic>.py (the SCP layer).
 """
 
 from __future__ import annotations

@@ -61,6 +61,18 @@ class Safety(str, enum.Enum):
     MANUAL = "manual"
 
 
+class Phase(str, enum.Enum):
+    """When `fix` plans a remedy, in this order. Each remedy plans on the draft the ones before it
+    left, so a later phase sees the earlier ones' changes (the per-rank launch script carries the
+    `--cuda` a flag remedy added). Within a phase, a remedy's `after` names the ones it must follow.
+    """
+
+    FLAGS = "flags"  # Score-P flags, its environment, trainer options: words on lines that exist
+    LAUNCH = "launch"  # how the job starts: the per-rank launch, experiment folders, warm-up, nodes
+    CODE = "code"  # the training script's code
+    MANUAL = "manual"  # exact steps for the user; nothing is planned
+
+
 @dataclass(frozen=True)
 class Evidence:
     """One piece of proof: an exact line, value or measurement.

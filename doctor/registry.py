@@ -9,39 +9,57 @@ are imported inside the functions that need them, so the gate stays fast.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
+import pkgutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from doctor.facts import FACT_MODULES, Facts
-from doctor.model import LAYER_ORDER, Layer, Outcome, Safety
+from doctor.model import LAYER_ORDER, Layer, Outcome, Phase, Safety
 
 CheckFn = Callable[[Facts], "Outcome | Iterable[Outcome]"]
 
-# Modules that hold checks, in layer order. Missing modules are tolerated so a
-# layer can land on its own.
-CHECK_MODULES = (
-    "checks.node",
-    "checks.interconnect",
-    "checks.scorep",
-    "checks.launcher",
-    "checks.script",
-    "checks.trainer",
-    "checks.artifacts",
-)
+# The layer of each check-ID prefix. A layer's checks live in `checks/<layer>.py` and any
+# `checks/<layer>_<topic>.py`; remedies in any `remedies/*.py`: a module is found by being there.
+LAYER_OF_PREFIX = {
+    "GPU": "node",
+    "P2P": "interconnect",
+    "SCP": "scorep",
+    "LNC": "launcher",
+    "SCR": "script",
+    "TRN": "trainer",
+    "ART": "artifacts",
+}
 
-REMEDY_MODULES = (
-    "remedies.node",
-    "remedies.p2p",
-    "remedies.scorep_env",
-    "remedies.scorep_measurement",
-    "remedies.launch",
-    "remedies.code",
-    "remedies.trainer",
-)
+
+@functools.cache
+def package_modules(package: str) -> tuple[str, ...]:
+    """The modules of `package` (`checks`, `remedies`), by name; none if the package is missing."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    found = pkgutil.iter_modules(list(spec.submodule_search_locations))
+    return tuple(sorted(f"{package}.{m.name}" for m in found if not m.ispkg))
+
+
+def check_modules(layer: str | None = None) -> tuple[str, ...]:
+    """The check modules (of one layer), in layer order."""
+    def layer_of(module: str) -> str:
+        return module.removeprefix("checks.").split("_")[0]
+
+    def rank(module: str) -> tuple[int, str]:
+        name = layer_of(module)
+        return (LAYER_ORDER.index(name) if name in LAYER_ORDER else len(LAYER_ORDER), module)
+
+    modules = sorted(package_modules("checks"), key=rank)
+    return tuple(m for m in modules if layer is None or layer_of(m) == layer)
 
 
 @dataclass(frozen=True)
@@ -64,7 +82,7 @@ class Check:
 
 @dataclass(frozen=True)
 class Remedy:
-    """A remedy family member. `plan` (issue: remedies) turns a case into a Plan."""
+    """A remedy family member. `plan` turns a case into a Plan; `phase` and `after` say when."""
 
     id: str
     safety: Safety
@@ -72,6 +90,8 @@ class Remedy:
     steps: tuple[str, ...] = ()
     plan: Callable[..., Any] | None = None
     fixes: tuple[str, ...] = field(default=())
+    phase: Phase = Phase.MANUAL
+    after: tuple[str, ...] = ()  # remedies of the same phase to plan first when both are wanted
 
 
 CHECKS: dict[str, Check] = {}
@@ -94,12 +114,14 @@ def check(id: str, layer: Layer | str, title: str, *, needs: Sequence[str] = (),
     return register
 
 
-def remedy(id: str, safety: Safety | str, title: str, *, steps: Sequence[str] = (),
-           fixes: Sequence[str] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a remedy with a plan function (decorator form)."""
+def remedy(id: str, safety: Safety | str, title: str, *, phase: Phase | str, after: Sequence[str] = (),
+           steps: Sequence[str] = (), fixes: Sequence[str] = ()
+           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a remedy with a plan function (decorator form), planned in `phase` (see `Phase`)."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        REMEDIES[id] = Remedy(id, Safety(safety), title, tuple(steps), fn, tuple(fixes))
+        REMEDIES[id] = Remedy(id, Safety(safety), title, tuple(steps), fn, tuple(fixes), Phase(phase),
+                              tuple(after))
         return fn
 
     return register
@@ -125,24 +147,15 @@ def load() -> None:
     global _loaded
     if _loaded:
         return
-    _import_all(CHECK_MODULES)
+    _import_all(check_modules())
     _import_all(FACT_MODULES)
-    _import_all(REMEDY_MODULES)
+    _import_all(package_modules("remedies"))
     _loaded = True
 
 
-# The check-ID prefix of each check module. The gate imports only the modules
-# its checks need (fast start; a broken module of another layer cannot stop a
-# Slurm prologue); facts and remedies are imported when first asked for.
-CHECK_PREFIXES = {
-    "GPU": "checks.node",
-    "P2P": "checks.interconnect",
-    "SCP": "checks.scorep",
-    "LNC": "checks.launcher",
-    "SCR": "checks.script",
-    "TRN": "checks.trainer",
-    "ART": "checks.artifacts",
-}
+# The gate imports only the modules its checks need (fast start; a broken module
+# of another layer cannot stop a Slurm prologue); facts and remedies are
+# imported when first asked for.
 _imported: set[str] = set()
 
 
@@ -162,18 +175,19 @@ def load_checks(check_ids: Iterable[str]) -> None:
         if cid in seen:
             continue
         seen.add(cid)
-        module = CHECK_PREFIXES.get(cid[:3])
-        if module is None:
+        layer = LAYER_OF_PREFIX.get(cid[:3])
+        if layer is None:
             load()
             return
-        _import_once(module)
+        for module in check_modules(layer):
+            _import_once(module)
         if cid in CHECKS:
             todo.extend(CHECKS[cid].depends_on)
 
 
 def remedy_for(remedy_id: str) -> Remedy | None:
     """The remedy `remedy_id`, importing remedy modules in order until one registers it."""
-    for module in REMEDY_MODULES:
+    for module in package_modules("remedies"):
         if remedy_id in REMEDIES:
             break
         _import_once(module)
@@ -189,6 +203,14 @@ def get_check(check_id: str) -> Check:
         return CHECKS[check_id.upper()]
     except KeyError:
         raise KeyError(f"unknown check ID {check_id!r} (see `gpu-doctor list-checks`)") from None
+
+
+def layer_checks(layer: str) -> list[Check]:
+    """Every check of one layer, by ID (importing the layer's modules)."""
+    if not _loaded:
+        for module in check_modules(layer):
+            _import_once(module)
+    return sorted((c for c in CHECKS.values() if c.layer == layer), key=lambda c: c.id)
 
 
 def all_checks() -> list[Check]:

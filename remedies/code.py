@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from doctor.model import Safety
+from doctor.model import Phase, Safety
 from doctor.registry import remedy
 from doctor.remedy import pyedit
 from doctor.remedy.draft import RemedyContext
@@ -29,7 +29,7 @@ SCOREP_GUARD = "_scorep_user"
 
 
 @remedy("lazy-scorep-import", Safety.UNSAFE,
-        "Import scorep.user on first use instead of at module level", fixes=["SCR001"])
+        "Import scorep.user on first use instead of at module level", phase=Phase.CODE, fixes=["SCR001"])
 def lazy_scorep_import(ctx: RemedyContext) -> None:
     for path in ctx.files((".py",)):
         module = pyedit.parse(ctx, path)
@@ -44,7 +44,7 @@ def lazy_scorep_import(ctx: RemedyContext) -> None:
 # -- destroy_process_group ---------------------------------------------------
 
 @remedy("destroy-process-group", Safety.UNSAFE,
-        "Call destroy_process_group() at the end of training", fixes=["SCR002", "ART003"])
+        "Call destroy_process_group() at the end of training", phase=Phase.CODE, fixes=["SCR002", "ART003"])
 def destroy_process_group(ctx: RemedyContext) -> None:
     lines = {t.file: t.line for t in ctx.targets()}
     for path in ctx.files((".py",)):
@@ -136,7 +136,8 @@ def _main_block(mod: Any) -> Any:
 # -- stream capture ----------------------------------------------------------
 
 @remedy("stream-capture-producer", Safety.UNSAFE,
-        "Capture the producer stream before entering torch.cuda.stream(...)", fixes=["SCR003"])
+        "Capture the producer stream before entering torch.cuda.stream(...)",
+        phase=Phase.CODE, fixes=["SCR003"])
 def stream_capture_producer(ctx: RemedyContext) -> None:
     for path in ctx.files((".py",)):
         module = pyedit.parse(ctx, path)
@@ -213,7 +214,8 @@ _SHELL_ASSERT = re.compile(r"assert\s+torch\.cuda\.is_available\(\)\s*(;\s*)?")
 
 
 @remedy("cuda-real-op-check", Safety.UNSAFE,
-        "Test CUDA with a real op in try/except, not assert torch.cuda.is_available()", fixes=["SCR004"])
+        "Test CUDA with a real op in try/except, not assert torch.cuda.is_available()",
+        phase=Phase.CODE, fixes=["SCR004"])
 def cuda_real_op_check(ctx: RemedyContext) -> None:
     for path in ctx.files():
         if path.suffix == ".py":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from doctor.model import Safety, Status
+from doctor.model import Phase, Safety, Status
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
 from doctor.remedy.edits import launch_files, shell_files
@@ -65,7 +65,7 @@ def warmup_block(python: str, indent: str = "") -> list[str]:
 
 @remedy("cuda-warmup", Safety.SAFE,
         "Warm up the CUDA runtime outside Score-P before the instrumented launch",
-        fixes=["LNC002", "GPU003", "GPU004"])
+        phase=Phase.LAUNCH, after=["per-rank-launch"], fixes=["LNC002", "GPU003", "GPU004"])
 def cuda_warmup(ctx: RemedyContext) -> None:
     files = launch_files(ctx)
     if not files:
@@ -86,7 +86,8 @@ def cuda_warmup(ctx: RemedyContext) -> None:
 
 
 @remedy("per-rank-launch", Safety.UNSAFE,
-        "Launch one python -m scorep per rank instead of wrapping torchrun", fixes=["LNC001", "ART001"])
+        "Launch one python -m scorep per rank instead of wrapping torchrun",
+        phase=Phase.LAUNCH, fixes=["LNC001", "ART001"])
 def per_rank_launch(ctx: RemedyContext) -> None:
     done = False
     for path, _doc, _script, launches in launch_files(ctx):
@@ -199,7 +200,7 @@ def _unexported(script: ShellScript) -> set[str]:
 
 @remedy("exclude-node", Safety.SAFE,
         "Keep the job off a node whose CUDA runtime never became ready (#SBATCH --exclude=)",
-        fixes=["LNC003", "GPU003"])
+        phase=Phase.LAUNCH, fixes=["LNC003", "GPU003"])
 def exclude_node(ctx: RemedyContext) -> None:
     nodes = _bad_nodes(ctx)
     if not nodes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from doctor.model import Safety
+from doctor.model import Phase, Safety
 from doctor.registry import manual_remedy, remedy
 from doctor.remedy.draft import RemedyContext
 from doctor.remedy.edits import at_lines, delete_word, insert_export, launch_files, parse_size, shell_files
@@ -27,7 +27,8 @@ _ALIASES = {"kernels": "kernel", "memcopy": "memcpy", "memcpys": "memcpy", "sync
 
 
 @remedy("scorep-total-memory", Safety.SAFE,
-        f"Set SCOREP_TOTAL_MEMORY to {TOTAL_MEMORY}: Score-P clamps 4 GiB and above", fixes=["SCP003"])
+        f"Set SCOREP_TOTAL_MEMORY to {TOTAL_MEMORY}: Score-P clamps 4 GiB and above",
+        phase=Phase.FLAGS, fixes=["SCP003"])
 def total_memory(ctx: RemedyContext) -> None:
     """Replace each SCOREP_TOTAL_MEMORY value that is 4 GiB or more, or unparseable, with 3500M."""
     seen = 0
@@ -98,7 +99,7 @@ def _proposal(ctx: RemedyContext) -> int | None:
 
 
 @remedy("scorep-cuda-buffer", Safety.SAFE,
-        "Set SCOREP_CUDA_BUFFER above CUPTI's proposed minimum", fixes=["SCP004"])
+        "Set SCOREP_CUDA_BUFFER above CUPTI's proposed minimum", phase=Phase.FLAGS, fixes=["SCP004"])
 def cuda_buffer(ctx: RemedyContext) -> None:
     """Raise SCOREP_CUDA_BUFFER where it is set, else export it before the instrumented launch.
 
@@ -134,7 +135,8 @@ def cuda_buffer(ctx: RemedyContext) -> None:
 
 
 @remedy("scorep-add-cuda", Safety.SAFE,
-        "Add --cuda to python -m scorep so the CUDA adapter is loaded", fixes=["SCP002", "ART002"])
+        "Add --cuda to python -m scorep so the CUDA adapter is loaded",
+        phase=Phase.FLAGS, fixes=["SCP002", "ART002"])
 def add_cuda(ctx: RemedyContext) -> None:
     """Insert `--cuda` right after `-m scorep` (or turn `--nocuda` into `--cuda`)."""
     lines = {t.line for t in ctx.targets() if t.line}
@@ -154,7 +156,8 @@ def add_cuda(ctx: RemedyContext) -> None:
 
 
 @remedy("scorep-drop-dashdash", Safety.SAFE,
-        "Remove the `--` after python -m scorep (scorep-config rejects it)", fixes=["SCP005"])
+        "Remove the `--` after python -m scorep (scorep-config rejects it)",
+        phase=Phase.FLAGS, fixes=["SCP005"])
 def drop_dashdash(ctx: RemedyContext) -> None:
     for path, doc, _script, launches in launch_files(ctx):
         words = [w for la in launches for w in la.dashdash]
@@ -166,7 +169,8 @@ def drop_dashdash(ctx: RemedyContext) -> None:
 
 
 @remedy("scorep-per-rank-dirs", Safety.SAFE,
-        "Give every rank its own SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N", fixes=["SCP006"])
+        "Give every rank its own SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N",
+        phase=Phase.LAUNCH, after=["per-rank-launch"], fixes=["SCP006"])
 def per_rank_dirs(ctx: RemedyContext) -> None:
     """Prefix each rank's launch with its own folder, named from the loop variable or RANK."""
     from doctor.remedy.launchline import wrapped_torchrun
@@ -210,7 +214,7 @@ def _rank_expression(la: ScorepLaunch, prefix: list[Assignment]) -> str | None:
 
 
 @remedy("scorep-cuda-enable-fix", Safety.SAFE,
-        "Keep only the SCOREP_CUDA_ENABLE entries Score-P accepts", fixes=["SCP007"])
+        "Keep only the SCOREP_CUDA_ENABLE entries Score-P accepts", phase=Phase.FLAGS, fixes=["SCP007"])
 def cuda_enable_fix(ctx: RemedyContext) -> None:
     for path in shell_files(ctx):
         doc = ctx.read_doc(path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from doctor.model import Safety
+from doctor.model import Phase, Safety
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
 from doctor.remedy.edits import insert_export, launch_files, parse_size, shell_files
@@ -63,7 +63,7 @@ def _set_or_export(ctx: RemedyContext, name: str, value: str, smaller: Any) -> N
 
 @remedy("scorep-measurement-memory", Safety.SAFE,
         "Give Score-P enough measurement memory (SCOREP_TOTAL_MEMORY) for what the job instruments",
-        fixes=["SCP009"])
+        phase=Phase.FLAGS, fixes=["SCP009"])
 def measurement_memory(ctx: RemedyContext) -> None:
     """Set SCOREP_TOTAL_MEMORY to the largest proposal of the findings (256M by default): raise
     an assignment that is smaller, else export it before the instrumented launch."""
@@ -73,7 +73,8 @@ def measurement_memory(ctx: RemedyContext) -> None:
 
 
 @remedy("scorep-callpath-depth", Safety.SAFE,
-        "Raise SCOREP_PROFILING_MAX_CALLPATH_DEPTH to the depth Score-P reached", fixes=["SCP010"])
+        "Raise SCOREP_PROFILING_MAX_CALLPATH_DEPTH to the depth Score-P reached", phase=Phase.FLAGS,
+        fixes=["SCP010"])
 def callpath_depth(ctx: RemedyContext) -> None:
     """Set SCOREP_PROFILING_MAX_CALLPATH_DEPTH to the depth of the log's warning."""
     depths = [int(p) for p in _proposals(ctx) if str(p).isdigit()]
@@ -98,7 +99,8 @@ def filter_text(exclude_modules: list[str], source: str | None) -> str:
 
 
 @remedy("scorep-filter-file", Safety.SAFE,
-        "Write a Score-P filter file for the diagnostic run and set SCOREP_FILTERING_FILE", fixes=["SCP010"])
+        "Write a Score-P filter file for the diagnostic run and set SCOREP_FILTERING_FILE",
+        phase=Phase.FLAGS, fixes=["SCP010"])
 def filter_file(ctx: RemedyContext) -> None:
     """Create scorep.filter next to the job script (from the profile's heaviest modules when a
     profile run was found) and export SCOREP_FILTERING_FILE before the instrumented launch."""

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from doctor.model import Safety
+from doctor.model import Phase, Safety
 from doctor.registry import remedy
 from doctor.remedy import pyedit
 from doctor.remedy.draft import RemedyContext
@@ -28,7 +28,7 @@ _YAML_RE = re.compile(rf"^(\s*{FLAG}\s*:\s*)(true|True|TRUE|yes|Yes|on|On)\b", r
 
 
 @remedy("trainer-lbm-off", Safety.SAFE,
-        "Turn load_best_model_at_end off for the diagnostic run", fixes=["TRN001"])
+        "Turn load_best_model_at_end off for the diagnostic run", phase=Phase.FLAGS, fixes=["TRN001"])
 def lbm_off(ctx: RemedyContext) -> None:
     files = ctx.files() or shell_files(ctx)
     for path in files:

@@ -79,5 +79,6 @@ def where(outcomes: list[Outcome], status: Status | None = None) -> list[tuple[s
     return [(e.file, e.line) for o in outcomes if status is None or o.status == status for e in o.evidence]
 
 
-JOB_CHECKS = ("SCP001", "SCP002", "SCP003", "SCP004", "SCP005", "SCP006", "SCP007", "SCP008",
-              "LNC001", "LNC002", "LNC003", "SCR001", "SCR002", "SCR003", "SCR004", "TRN001", "TRN002")
+# Every check that reads the job's scripts, from the catalogue: a new check of these layers is covered.
+JOB_LAYERS = ("scorep", "launcher", "script", "trainer")
+JOB_CHECKS = tuple(c.id for c in registry.all_checks() if c.layer in JOB_LAYERS)

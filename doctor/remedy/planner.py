@@ -1,9 +1,10 @@
 """Findings in, a Plan out: which remedies answer them, and what each would change.
 
-Remedies are planned in a fixed order (flag and environment fixes first, then
-the launch, then code), each on the draft the ones before it left, so a later
-remedy sees the earlier ones' changes: the per-rank launch script carries the
-`--cuda` that `scorep-add-cuda` added. Nothing is written here.
+Remedies are planned by the phase each declares on `@remedy` (flag and
+environment fixes first, then the launch, then code; see `doctor.model.Phase`),
+each on the draft the ones before it left, so a later remedy sees the earlier
+ones' changes: the per-rank launch script carries the `--cuda` that
+`scorep-add-cuda` added. Nothing is written here.
 """
 
 from __future__ import annotations
@@ -15,17 +16,9 @@ from typing import Any
 
 from doctor import registry
 from doctor.case import Case
-from doctor.model import Finding, Safety, Status
+from doctor.model import Finding, Phase, Safety, Status
 from doctor.remedy.draft import Draft, RemedyContext
 from doctor.remedy.model import CannotPlan, FileTarget, Plan, RemedyPlan, sha256
-
-# The order remedies are planned in; IDs not listed follow in the order findings name them.
-ORDER = (
-    "scorep-add-cuda", "scorep-drop-dashdash", "scorep-total-memory", "scorep-cuda-enable-fix",
-    "scorep-cuda-buffer", "trainer-lbm-off",
-    "per-rank-launch", "scorep-per-rank-dirs", "cuda-warmup", "exclude-node",
-    "lazy-scorep-import", "destroy-process-group", "stream-capture-producer", "cuda-real-op-check",
-)
 
 
 def open_findings(findings: Iterable[Finding]) -> list[Finding]:
@@ -38,8 +31,36 @@ def remedies_for(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
     for f in open_findings(findings):
         for rid in f.remedies:
             named.setdefault(rid, []).append(f)
-    rank = {rid: i for i, rid in enumerate(ORDER)}
-    return dict(sorted(named.items(), key=lambda kv: rank.get(kv[0], len(ORDER))))
+    return {rid: named[rid] for rid in planning_order(named)}
+
+
+def planning_order(remedy_ids: Iterable[str]) -> list[str]:
+    """The remedies by phase; within one, each after the ones it names in `after`, else as given.
+
+    An ID no module registers goes last.
+    """
+    registry.load()
+    ids = list(dict.fromkeys(remedy_ids))
+    phases = list(Phase)
+
+    def phase_of(rid: str) -> int:
+        rem = registry.REMEDIES.get(rid)
+        return phases.index(rem.phase) if rem is not None else len(phases)
+
+    ordered: list[str] = []
+
+    def place(rid: str) -> None:
+        if rid in ordered:
+            return
+        rem = registry.REMEDIES.get(rid)
+        for first in rem.after if rem is not None else ():
+            if first in ids and first not in ordered and phase_of(first) == phase_of(rid):
+                place(first)
+        ordered.append(rid)
+
+    for rid in sorted(ids, key=phase_of):
+        place(rid)
+    return ordered
 
 
 def make_plan(case: Case, findings: Sequence[Finding], *, only: Sequence[str] = (),
