@@ -50,15 +50,30 @@ def _set_or_export(ctx: RemedyContext, name: str, value: str, smaller: Any) -> N
             doc.replace(a.value_start, a.value_end, value)
             ctx.write_doc(path, doc, ENV, f"{name}={a.value} -> {value}", a.word_line)
             doc = ctx.read_doc(path)
-    if seen:
-        return
+    if not seen:
+        export_before_launch(ctx, name, value)
+
+
+def export_before_launch(ctx: RemedyContext, name: str, value: str) -> Path:
+    """`export NAME=value` before the instrumented launch: after the job's other SCOREP_* exports,
+    else right above the launch line the finding names (`srun bash -c '...'`, wrappers...)."""
     files = launch_files(ctx)
-    if not files:
-        raise CannotPlan(f"no `python -m scorep` launch found to set {name} for",
-                         [f"Add `export {name}={value}` to the job script before the instrumented launch."])
-    path, doc, script, launches = files[0]
-    line = insert_export(doc, script, launches[0], name, value)
-    ctx.write_doc(path, doc, ENV, f"export {name}={value}", line)
+    if files:
+        path, doc, script, launches = files[0]
+        line = insert_export(doc, script, launches[0], name, value)
+        ctx.write_doc(path, doc, ENV, f"export {name}={value}", line)
+        return Path(path)
+    for t in ctx.targets():
+        if t.file is None or t.line is None or t.file.suffix == ".py" or not t.data.get("insert_before"):
+            continue
+        doc = ctx.read_doc(t.file)
+        if t.line > doc.line_count:
+            continue
+        doc.insert_lines_before(t.line, [f"{doc.indent_of(t.line)}export {name}={value}"])
+        ctx.write_doc(t.file, doc, ENV, f"export {name}={value}", t.line)
+        return t.file
+    raise CannotPlan(f"no `python -m scorep` launch found to set {name} for",
+                     [f"Add `export {name}={value}` to the job script before the instrumented launch."])
 
 
 @remedy("scorep-measurement-memory", Safety.SAFE,
@@ -104,12 +119,6 @@ def filter_text(exclude_modules: list[str], source: str | None) -> str:
 def filter_file(ctx: RemedyContext) -> None:
     """Create scorep.filter next to the job script (from the profile's heaviest modules when a
     profile run was found) and export SCOREP_FILTERING_FILE before the instrumented launch."""
-    files = launch_files(ctx)
-    if not files:
-        raise CannotPlan("no `python -m scorep` launch in a job script to set SCOREP_FILTERING_FILE for",
-                         ["Write a filter file (see `gpu-doctor explain SCP010`) and `export "
-                          "SCOREP_FILTERING_FILE=scorep.filter` before the instrumented launch."])
-    path, doc, script, launches = files[0]
     modules: list[str] = []
     source = None
     for t in ctx.targets():
@@ -117,10 +126,9 @@ def filter_file(ctx: RemedyContext) -> None:
             if m not in modules:
                 modules.append(str(m))
         source = source or t.data.get("profile")
-    target = Path(path).parent / FILTER_NAME
+    script = export_before_launch(ctx, "SCOREP_FILTERING_FILE", FILTER_NAME)
+    target = script.parent / FILTER_NAME
     if ctx.draft.read(target) is None:
         ctx.create(target, filter_text(modules, source), f"write {FILTER_NAME}")
     else:
         ctx.note = f"{target.name} exists already: it is used as it is"
-    line = insert_export(doc, script, launches[0], "SCOREP_FILTERING_FILE", FILTER_NAME)
-    ctx.write_doc(path, doc, ENV, f"export SCOREP_FILTERING_FILE={FILTER_NAME}", line)

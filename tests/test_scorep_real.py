@@ -172,20 +172,22 @@ def test_full_instrumenter_callpath_warning_and_the_filter_remedy(scorep: Path, 
     found = check_only(tmp_path, scorep_env(scorep))["SCP010"]
     depth = [f for f in found["findings"] if f["data"].get("var") == "SCOREP_PROFILING_MAX_CALLPATH_DEPTH"]
     assert depth and depth[0]["status"] == "warn" and depth[0]["data"]["proposed"] == int(m.group(2))
-    static = [f for f in found["findings"] if f["data"].get("var") == "SCOREP_FILTERING_FILE"]
-    assert static and "import torch" in static[0]["message"]
+    [heavy] = [f for f in found["findings"] if f["data"].get("var") == "SCOREP_FILTERING_FILE"]
+    assert heavy["status"] == "warn" and heavy["data"]["visits"] > 100_000   # the profile's scorep-score view
+    assert "torch" in heavy["data"]["exclude_modules"] and "user" not in heavy["data"]["exclude_modules"]
 
     fix = gpu_doctor(["fix", str(tmp_path), "--only", "scorep-filter-file", "--apply"], env, tmp_path)
     assert fix.returncode == 0, fix.stdout + fix.stderr
     assert "export SCOREP_FILTERING_FILE=scorep.filter" in (tmp_path / "run.sh").read_text()
-    assert (tmp_path / "scorep.filter").is_file()
+    assert "  EXCLUDE " in (tmp_path / "scorep.filter").read_text() and " torch:* torch.* " in \
+        (tmp_path / "scorep.filter").read_text()   # the heaviest modules of the profile run
     env["SCOREP_FILTERING_FILE"] = str(tmp_path / "scorep.filter")
     res = launch(tmp_path, env, "--thread=pthread")
     assert res.returncode == 0 and "2/2 ranks measured" in res.stderr, res.stderr[-3000:]
     filtered = sum(f.stat().st_size for f in (tmp_path / "scorep_rank_0").rglob("*") if f.is_file())
     _events, names = read_trace(tmp_path / "scorep_rank_0" / "traces.otf2")
     assert "user:train_step" in names and not any(n.startswith("torch.") for n in names)
-    assert filtered * 20 < unfiltered
+    assert filtered * 8 < unfiltered   # measured: ~2.5 MB instead of ~40 MB per rank
 
 
 def test_scorep_around_torchrun_measures_only_the_launcher(scorep: Path, tmp_path: Path) -> None:
