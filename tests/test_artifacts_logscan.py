@@ -48,6 +48,9 @@ CASES = [
     ("callpath_depth", "[Score-P] src/measurement/profiling/scorep_profile_collapse.c:77: Warning: Score-P callpath "
                        "depth limitation of 100 exceeded.\nReached callpath depth was 178.\nConsider setting "
                        "SCOREP_PROFILING_MAX_CALLPATH_DEPTH to 178.\n", {"max_depth": 100, "reached_depth": 178}),
+    ("scorep_no_config", "FileNotFoundError: [Errno 2] No such file or directory: 'scorep-config'\n", {}),
+    ("scorep_no_compiler", "setuptools._distutils.compilers.C.errors.CompileError: [Errno 2] No such file or "
+                           "directory: 'cc'\n", {"compiler": "cc"}),
 ]
 
 

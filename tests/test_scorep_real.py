@@ -258,7 +258,18 @@ def test_scp001_passes_against_the_real_install_and_fails_without_it(scorep: Pat
     assert "FileNotFoundError: [Errno 2] No such file or directory: 'scorep-config'" in \
         (tmp_path / "run.log").read_text()
     assert proc.returncode != 0 or "Traceback" in (tmp_path / "run.log").read_text()
-    assert check_only(tmp_path, env)["SCP001"]["status"] == "fail"
+    after = check_only(tmp_path, env)
+    assert after["SCP001"]["status"] == "fail"
+    assert {f["data"].get("signature") for f in after["ART004"]["findings"]} == {"scorep_no_config"}
+    # scorep-config there, but no C compiler: the wrapper compiles its init library at every start
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "scorep-config").symlink_to(scorep / "bin" / "scorep-config")
+    env["PATH"] = f"{tools}:{Path(PYTHON).parent}"
+    run_scorep(["hello.py"], env, tmp_path, tmp_path / "run.log")
+    assert "CompileError: [Errno 2] No such file or directory: 'cc'" in (tmp_path / "run.log").read_text()
+    [no_cc] = check_only(tmp_path, scorep_env(scorep))["ART004"]["findings"]
+    assert no_cc["data"]["signature"] == "scorep_no_compiler" and no_cc["data"]["check"] == "SCP001"
 
 
 def test_launch_refuses_cuda_on_a_score_p_without_it_before_starting(scorep: Path, tmp_path: Path) -> None:

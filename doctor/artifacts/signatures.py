@@ -27,6 +27,8 @@ SIGNATURE_CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "scorep_oom": ("SCP009", ("scorep-measurement-memory",)),
     "scorep_cuda_unsupported": ("SCP001", ("manual-scorep-install",)),
     "callpath_depth": ("SCP010", ("scorep-callpath-depth",)),
+    "scorep_no_config": ("SCP001", ("manual-scorep-install",)),
+    "scorep_no_compiler": ("SCP001", ("manual-scorep-install",)),
 }
 
 
@@ -125,6 +127,10 @@ MESSAGES: dict[str, Callable[[list[dict[str, Any]]], tuple[str, dict[str, Any]]]
                                        "it{ranks} ('Unsupported feature cuda'): the instrumented run never "
                                        "started"),
     "callpath_depth": _callpath,
+    "scorep_no_config": _simple("python -m scorep found no scorep-config on PATH{ranks}: the measurement never "
+                                "started (load Score-P in the job script)"),
+    "scorep_no_compiler": _simple("python -m scorep found no C compiler on PATH{ranks}: it compiles its init "
+                                  "library at every start, so the measurement never started"),
 }
 WARN_ONLY = {"memory_clamp", "callpath_depth"}
 
