@@ -85,6 +85,10 @@ def launcher_only(facts: Facts) -> Outcome | list[Outcome]:
     Launch each rank yourself, each as its own `python -m scorep` process with its own
     `SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N` (`gpu-doctor launch` does this).
 
+    Severity:
+    fail for a measurement of the launcher agent only; unknown when no folder is readable; skip
+    without experiment folders; else pass.
+
     Fix safety:
     Unsafe: it rewrites how the job starts; review the generated launch first.
     """
@@ -134,6 +138,11 @@ def cuda_recorded(facts: Facts) -> Outcome | list[Outcome]:
 
     Remedy:
     Add `--cuda` to the launch: `python -m scorep --cuda --thread=pthread train.py`.
+
+    Severity:
+    fail when CUDA recording was asked for and no CUDA location or region was recorded; warn for
+    CUDA API regions without GPU activity (kernel recording off); skip when CUDA was not asked
+    for or no folder exists; else pass.
 
     Fix safety:
     Safe: it adds a flag to the instrumented command.
@@ -219,6 +228,11 @@ def ranks_complete(facts: Facts) -> Outcome | list[Outcome]:
     Remedy:
     Call `torch.distributed.destroy_process_group()` at the end of training so NCCL is
     torn down before the interpreter and Score-P shut down.
+
+    Severity:
+    fail for leftover tmp/failed folders, missing or incomplete rank folders, or fewer measured
+    processes than ranks (those ranks' data is lost); warn for rank folders beyond the job's
+    rank count (another run?); skip without experiment folders; else pass.
 
     Fix safety:
     Unsafe: it edits the training script (shown as a diff first).
@@ -312,6 +326,12 @@ def log_signatures(facts: Facts) -> Outcome | list[Outcome]:
     The matching check's remedy: SCP004 (SCOREP_CUDA_BUFFER above the proposal),
     SCP003, SCP005, SCP006, SCP009 (SCOREP_TOTAL_MEMORY from Score-P's own value), SCP010,
     SCP001, SCR002, GPU003, TRN001, TRN002.
+
+    Severity:
+    fail for each signature that means a failed or lost run (dropped records, `--`, the watchdog
+    abort, the FP16 ValueError, error 802, collisions, `tpd == 0`, the load_best_model_at_end
+    error); warn for the memory clamp (the run goes on); skip without logs; unknown when no log
+    can be read; else pass.
 
     Fix safety:
     As the matching remedy.

@@ -47,6 +47,10 @@ def peer_access_matrix(facts: Facts) -> Outcome | list[Outcome]:
     Prove the bytes with the active test (P2P002, `--level 2`); keep NCCL
     off the peer transport or keep the job off the node until it is repaired.
 
+    Severity:
+    fail for a pair whose P2P status is broken or unknown; warn for a pair the driver disables;
+    skip with fewer than two GPUs or no driver; else pass.
+
     Fix safety:
     Manual: job-script lines and administrator steps.
     """
@@ -120,6 +124,11 @@ def peer_copy_integrity(facts: Facts) -> Outcome | list[Outcome]:
     Route data around the bad pair: NCCL_P2P_DISABLE=1 for NCCL jobs,
     `device_map="cuda:0"` or CUDA_VISIBLE_DEVICES without one GPU of the pair,
     host-staged copies (`tensor.cpu().to(dst)`), or `#SBATCH --exclude=<host>`.
+
+    Severity:
+    fail when a peer copy differs from the host-staged copy (data corruption, named by pair);
+    unknown when the test could not run or crashed; skip unless --level 2 asks for it, or with
+    no peer pair; else pass.
 
     Fix safety:
     Manual: exact job-script lines and code.

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from checks.launcher_cold_runtime import Adapter, ColdRuntime, cold_runtime, cuda_adapter
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Command, Job
 from doctor.jobfolder.queries import code_of, command_data, ev, problem_evidence, ranks, sbatch
-from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
+from doctor.model import Evidence, Layer, Outcome, Status, fail, passed, skip, unknown, warn
 from doctor.registry import check
 
 L = Layer.LAUNCHER
@@ -52,6 +53,11 @@ def launcher_only(facts: Facts) -> list[Outcome]:
     Remedy:
     Launch every rank yourself, each as its own `python -m scorep` with RANK, LOCAL_RANK,
     WORLD_SIZE, MASTER_ADDR/PORT and its own SCOREP_EXPERIMENT_DIRECTORY (or `gpu-doctor launch`).
+
+    Severity:
+    fail when `python -m scorep` runs a launcher that spawns the workers (the workers are never
+    measured); unknown when the wrapped script cannot be read; skip without a `python -m scorep`
+    launch; else pass.
 
     Fix safety:
     Unsafe: replaces the launch line with a per-rank loop.
@@ -123,7 +129,7 @@ def _warmups(job: Job, target: Command) -> tuple[list[Command], list[Command], l
 
 
 @check("LNC002", L, "the instrumented run starts without a CUDA warm-up outside Score-P",
-       needs=("job",), remedies=("cuda-warmup",))
+       needs=("job", "nvml", "cuda_runtime", "logscan"), remedies=("cuda-warmup",), handles_failures=True)
 def warmup_first(facts: Facts) -> list[Outcome]:
     """What it does:
     Before the first `python -m scorep` launch of each job script, looks for a warm-up outside
@@ -143,43 +149,70 @@ def warmup_first(facts: Facts) -> list[Outcome]:
     A loop of `python -c "import torch; torch.zeros(1).cuda()"` in try/except with sleeps,
     before `python -m scorep`.
 
+    Severity:
+    skip when no launch loads a CUDA adapter (no `--cuda`, nothing asks for CUDA recording:
+    a ROCm job, a CPU profile); pass with a warm-up in a retry loop; warn without one (a risk on
+    a freshly allocated node: GPU003 answered at the first attempt, or the node was not
+    measured here), also for a warm-up without retries and while only SCOREP_CUDA_ENABLE asks
+    for CUDA (SCP002); fail when the evidence shows a cold runtime: GPU003 "ready after
+    attempt k" (k > 1) on this node, or error 802 / the FP16 ValueError in the job's logs.
+
     Fix safety:
     Safe: inserts the warm-up block before the launch.
     """
-    job: Job = facts["job"]
+    job = facts.get("job")
+    if isinstance(job, ProbeFailure):
+        return [unknown(str(job), entities={"probe": "job"})]
     firsts: dict[int, Command] = {}
     for cmd, _launch in job.instrumented:
         firsts.setdefault(cmd.flow, cmd)
     if not firsts:
         return [skip("no `python -m scorep` launch in the job folder")]
+    adapter = cuda_adapter(job)
+    if adapter.state == "absent":
+        return [skip(f"no CUDA adapter to warm up for: {adapter.why}", adapter.evidence)]
+    cold = cold_runtime(facts)
     out: list[Outcome] = []
     for cmd in firsts.values():
-        real, smi, asserts = _warmups(job, cmd)
-        insert_line = cmd.loop.site.line if cmd.loop is not None else cmd.site.line
-        launch = cmd.instrumented
-        data = command_data(cmd) | {"insert_before_line": insert_line,
-                                    "python": launch.interpreter if launch else "python"}
-        if real:
-            w = real[-1]
-            if w.loop is None and not (w.argv and w.argv[0].endswith("gpu-doctor")):
-                out.append(warn("the CUDA warm-up runs once: on a cold node the runtime can need tens of seconds; "
-                                "retry it in a loop", [ev(job, w.site, "warm-up"), ev(job, cmd.site, "launch")],
-                                "cuda-warmup", data=data | {"warmup_line": w.site.line}))
-            else:
-                out.append(passed("CUDA is warmed up outside Score-P before the instrumented launch",
-                                  [ev(job, w.site, "warm-up")]))
-            continue
-        evidence = [ev(job, cmd.site, "launch")]
-        why = ""
-        if smi:
-            evidence.append(ev(job, smi[-1].site, "driver API only"))
-            why = "; nvidia-smi checks the driver API, not the runtime"
-        if asserts:
-            evidence.append(ev(job, asserts[-1].site, "no CUDA op"))
-            why += "; torch.cuda.is_available() does not initialise the runtime"
-        out.append(fail(f"the instrumented launch is the first thing to touch CUDA: no warm-up outside Score-P{why}",
-                        evidence, "cuda-warmup", data=data))
+        out.append(_warmup_outcome(job, cmd, adapter, cold))
     return out
+
+
+def _warmup_outcome(job: Job, cmd: Command, adapter: Adapter, cold: ColdRuntime) -> Outcome:
+    """LNC002 for the first instrumented launch of one flow, at the level the evidence sets."""
+    real, smi, asserts = _warmups(job, cmd)
+    insert_line = cmd.loop.site.line if cmd.loop is not None else cmd.site.line
+    launch = cmd.instrumented
+    data = command_data(cmd) | {"insert_before_line": insert_line,
+                                "python": launch.interpreter if launch else "python",
+                                "adapter": adapter.state, "evidence_level": cold.level.value}
+    if cold.next_step:
+        data["next_step"] = cold.next_step
+    if real:
+        w = real[-1]
+        if w.loop is None and not (w.argv and w.argv[0].endswith("gpu-doctor")):
+            return warn("the CUDA warm-up runs once: on a cold node the runtime can need tens of seconds; "
+                        "retry it in a loop", [ev(job, w.site, "warm-up"), ev(job, cmd.site, "launch")],
+                        "cuda-warmup", data=data | {"warmup_line": w.site.line})
+        return passed("CUDA is warmed up outside Score-P before the instrumented launch",
+                      [ev(job, w.site, "warm-up")])
+    evidence = [ev(job, cmd.site, "launch"), *adapter.evidence[:1], *cold.evidence]
+    why = ""
+    if smi:
+        evidence.append(ev(job, smi[-1].site, "driver API only"))
+        why = "; nvidia-smi checks the driver API, not the runtime"
+    if asserts:
+        evidence.append(ev(job, asserts[-1].site, "no CUDA op"))
+        why += "; torch.cuda.is_available() does not initialise the runtime"
+    level = cold.level if adapter.state == "loaded" else Status.WARN
+    if level == Status.FAIL:
+        return fail(f"no CUDA warm-up outside Score-P, and {cold.why}: the CUDA adapter probes a cold runtime "
+                    f"(error 802){why}", evidence, "cuda-warmup", data=data)
+    if adapter.state == "wanted":
+        return warn(f"no CUDA warm-up outside Score-P: {adapter.why}; once --cuda loads the adapter it probes the "
+                    f"runtime at process start{why}", evidence, "cuda-warmup", data=data)
+    return warn(f"no CUDA warm-up outside Score-P: the CUDA adapter is the first thing to touch CUDA "
+                f"({cold.why}){why}", evidence, "cuda-warmup", data=data)
 
 
 def hostlist(expr: str) -> set[str]:
@@ -221,6 +254,11 @@ def broken_node_excluded(facts: Facts) -> Outcome:
 
     Remedy:
     `#SBATCH --exclude=node17` (and tell the admins).
+
+    Severity:
+    fail when GPU003 found this node's runtime broken for good and the job pins it (--nodelist)
+    or does not exclude it; skip when there is no sbatch script to exclude it from; unknown when
+    GPU003's probe gave no result; else pass.
 
     Fix safety:
     Safe: adds one directive.

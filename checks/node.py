@@ -79,6 +79,12 @@ def driver_loaded(facts: Facts) -> Outcome | list[Outcome]:
     Manual: check the kernel module (`lsmod | grep nvidia`, `dmesg | grep -i nvrm`),
     reinstall or reload the driver, or drain the node and tell the admins.
 
+    Severity:
+    fail when GPUs are expected (--expect-gpus, Slurm's allocation) and the driver is missing,
+    NVML cannot initialise, or it lists fewer GPUs; skip on a host without a driver where none
+    are expected; warn when the driver loads but lists no GPU or a GPU's queries fail; else
+    pass.
+
     Fix safety:
     manual: gpu-doctor never touches the driver.
     """
@@ -132,6 +138,11 @@ def driver_api_agrees(facts: Facts) -> Outcome:
     Manual: find which `libcuda.so.1` is loaded (`ldconfig -p | grep libcuda`,
     `LD_LIBRARY_PATH`), remove stub/compat copies from the path; if a GPU is missing,
     check `nvidia-smi -q` and `dmesg` for Xid errors.
+
+    Severity:
+    fail when libcuda cannot be loaded, cuInit/cuDeviceGetCount return an error no retry cures,
+    or the driver API counts other GPUs than NVML; warn for a retryable cuInit error (GPU003
+    decides) or a libcuda from another driver (cuda-compat); else pass.
 
     Fix safety:
     manual.
@@ -236,6 +247,12 @@ def runtime_ready(facts: Facts) -> Outcome:
     `torch.zeros(1).cuda()`); exclude a node that never gets ready
     (`#SBATCH --exclude=<host>`) and report it to the admins.
 
+    Severity:
+    warn for "ready after attempt k" (k > 1: a cold node, the job may meet it; LNC002 and SCR001
+    turn this into a fail for an unwarmed launch), or a runtime that counts other GPUs than
+    NVML; fail for "never ready within N s" and errors no retry cures; timeout when an attempt
+    hangs; pass at attempt 1.
+
     Fix safety:
     safe with a job folder: `cuda-warmup` inserts the warm-up step before the instrumented
     launch and `exclude-node` adds `#SBATCH --exclude=<host>` to the job script; manual
@@ -289,6 +306,11 @@ def framework_cuda(facts: Facts) -> Outcome:
     Remedy:
     Warm CUDA up before the job (see GPU003); install a CUDA build of torch that the
     driver supports (`torch.version.cuda` not above the driver's CUDA version).
+
+    Severity:
+    fail when torch cannot be imported, is a CPU-only build, or `torch.zeros(1).cuda()` raises
+    while NVML sees GPUs; warn when torch counts other GPUs than NVML; skip when no torch is
+    found and no --python names one; else pass.
 
     Fix safety:
     manual.
@@ -346,6 +368,11 @@ def fabric_ready(facts: Facts) -> Outcome:
     Remedy:
     Manual: `systemctl status nvidia-fabricmanager`, restart it, check its log
     (`/var/log/fabricmanager.log`); its version must match the driver's.
+
+    Severity:
+    fail when the NVSwitch fabric is not ready or its registration failed (the fabric manager is
+    down: every CUDA init answers 802); warn for degraded bandwidth; skip without NVSwitch;
+    unknown when the state cannot be read; else pass.
 
     Fix safety:
     manual.

@@ -77,6 +77,12 @@ def scorep_installed(facts: Facts) -> Outcome:
     Load the Score-P module (or add its `bin` to PATH) in the job script, use a Score-P
     built with `--with-libcudart`, and `pip install scorep` in the job's environment.
 
+    Severity:
+    fail when the job uses Score-P and scorep-config is not on its PATH, the job's Python cannot
+    import the bindings, or CUDA recording is asked for from a Score-P without CUDA support;
+    unknown when the job loads modules gpu-doctor cannot evaluate or a value could not be read;
+    skip without Score-P; else pass.
+
     Fix safety:
     Manual: gpu-doctor prints the steps.
     """
@@ -133,6 +139,10 @@ def cuda_adapter_loaded(facts: Facts) -> list[Outcome]:
     Remedy:
     `python -m scorep --cuda --thread=pthread train.py`
 
+    Severity:
+    fail when SCOREP_CUDA_ENABLE asks for CUDA recording and the launch has no --cuda (the
+    measurement will hold no kernel); else pass.
+
     Fix safety:
     Safe: adds one flag to the launch line.
     """
@@ -176,6 +186,10 @@ def total_memory(facts: Facts) -> list[Outcome]:
 
     Remedy:
     `export SCOREP_TOTAL_MEMORY=3500M` (under the cap, room for CUDA traces).
+
+    Severity:
+    fail for a size of 4 GiB or more (clamped) or one Score-P does not accept; unknown when the
+    value is only known at run time; else pass.
 
     Fix safety:
     Safe: changes one value.
@@ -233,6 +247,11 @@ def cuda_buffer(facts: Facts) -> list[Outcome]:
 
     Remedy:
     `export SCOREP_CUDA_BUFFER=64M` (comfortably above the proposal).
+
+    Severity:
+    fail when the logs show dropped CUPTI records and the buffer is below Score-P's proposal, or
+    SCOREP_CUDA_BUFFER is not a size; warn when the rank count makes drops likely with this
+    buffer; skip without a CUDA-recording launch; else pass.
 
     Fix safety:
     Safe: sets one variable.
@@ -330,6 +349,9 @@ def no_dashdash(facts: Facts) -> list[Outcome]:
     Remedy:
     `python -m scorep --cuda train.py`
 
+    Severity:
+    fail for a `--` after `python -m scorep` (the run never starts); else pass.
+
     Fix safety:
     Safe: removes one word.
     """
@@ -365,6 +387,10 @@ def experiment_per_rank(facts: Facts) -> list[Outcome]:
 
     Remedy:
     `SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$r` for each rank.
+
+    Severity:
+    fail when several ranks write one experiment folder (the default or a fixed name), or the
+    logs show the collision; else pass.
 
     Fix safety:
     Safe: sets one variable per rank.
@@ -447,6 +473,10 @@ def cuda_enable_entries(facts: Facts) -> list[Outcome]:
     Remedy:
     `export SCOREP_CUDA_ENABLE=kernel,memcpy,sync`
 
+    Severity:
+    fail for entries Score-P does not accept; warn for idle with pure_idle; unknown when the
+    value is only known at run time; else pass.
+
     Fix safety:
     Safe: corrects the list.
     """
@@ -495,6 +525,11 @@ def second_cupti_user(facts: Facts) -> list[Outcome]:
 
     Remedy:
     Use one tool per run: turn the PyTorch profiler / kineto daemon / nsys off for Score-P runs.
+
+    Severity:
+    fail when a profiler wraps a Score-P CUDA launch (two CUPTI users in one process); warn for
+    the kineto daemon, dynolog or torch.profiler beside Score-P's CUDA adapter; skip without the
+    adapter; else pass.
 
     Fix safety:
     Manual.

@@ -7,10 +7,12 @@ analysed by `ast` in the `job` fact.
 
 from __future__ import annotations
 
-from doctor.facts import Facts
-from doctor.jobfolder.model import Job, PyScript, Site
+from checks.launcher_cold_runtime import Adapter, cold_runtime, cuda_adapter, cuda_set_up_before
+from checks.script_teardown import framework_teardown
+from doctor.facts import Facts, ProbeFailure
+from doctor.jobfolder.model import Job, PyScript, ScorepImport, Site
 from doctor.jobfolder.queries import ev, is_ddp, launches_of, script_problems
-from doctor.model import Layer, Outcome, fail, passed, skip, warn
+from doctor.model import Evidence, Layer, Outcome, Status, fail, passed, skip, unknown, warn
 from doctor.registry import check
 
 L = Layer.SCRIPT
@@ -33,13 +35,16 @@ def _direct_scorep_only(job: Job, entry: PyScript) -> bool:
 
 
 @check("SCR001", L, "scorep.user imported at module level in a script DDP workers import",
-       needs=("job",), remedies=("lazy-scorep-import",))
+       needs=("job", "nvml", "cuda_runtime", "logscan"), remedies=("lazy-scorep-import",),
+       handles_failures=True)
 def lazy_scorep_import(facts: Facts) -> list[Outcome]:
     """What it does:
     Finds `import scorep.user`, `import scorep.user as su`, `from scorep import user`,
     `import scorep` (its `__init__` imports `scorep.user`) or `importlib.import_module("scorep.user")`
     that run when a DDP worker imports the training script or one of its local modules: at module
-    level, in a class body, or inside a module-level `try:`/`if`/`with`.
+    level, in a class body, or inside a module-level `try:`/`if`/`with`. An import inside a
+    function (the first `training_step()`), or at module level after the script has set CUDA
+    up (inside the training loop, after `model.cuda()`), is the lazy import and passes.
 
     Why is this bad?
     Every worker torchrun spawns is a fresh process that re-imports the script; the import loads
@@ -55,55 +60,88 @@ def lazy_scorep_import(facts: Facts) -> list[Outcome]:
     Import it on first use, once per process (`_scorep_user = None` at module level, the import
     inside the first `training_step()`), as the field guide does.
 
+    Severity:
+    pass when the import runs after CUDA is set up, when the script is not DDP, when each rank
+    runs under its own `python -m scorep` (its adapter starts at process start anyway: LNC002),
+    or when no CUDA adapter is loaded or asked for (a ROCm job); warn when spawned workers
+    import it early but nothing shows a cold runtime (GPU003 answered at once, or the node was
+    not measured); fail when the evidence shows one: GPU003 "ready after attempt k" (k > 1), or
+    error 802 / the FP16 ValueError in the logs.
+
     Fix safety:
     Unsafe: edits the training code.
     """
-    job: Job = facts["job"]
+    job = facts.get("job")
+    if isinstance(job, ProbeFailure):
+        return [unknown(str(job), entities={"probe": "job"})]
     entries = job.entry_scripts()
     if not entries:
         return [_no_scripts()]
     out: list[Outcome] = []
     seen: set[tuple[str, int]] = set()
+    adapter = cuda_adapter(job)
     for entry in entries:
         closure = job.import_closure(entry, import_time_only=True)
         out.extend(script_problems(job, [s for s in closure if s.path not in {p for p, _ in seen}], "SCR001"))
-        ddp, why = is_ddp(job, entry)
         for s in closure:
             for imp in s.scorep_imports:
                 key = (imp.site.file, imp.site.line)
                 if not imp.import_time or key in seen:
                     continue
                 seen.add(key)
-                where = "at module level" if imp.guard is None else f"at module level inside `{imp.guard}`"
-                if imp.scope in ("class", "main-guard"):
-                    where = f"in the {'class body' if imp.scope == 'class' else '__main__ block'}"
-                data = imp.site.data() | {"scope": imp.scope, "guard": imp.guard, "entry": entry.path}
-                evidence = [ev(job, imp.site, "import")]
-                via = _importer(closure, s.path) if s is not entry else None
-                if via is not None:
-                    evidence.append(ev(job, via, "imported by"))
-                if not ddp:
-                    out.append(passed(f"scorep imported {where}, but {job.rel(entry.path)} is not a DDP script "
-                                      f"({why})", evidence))
-                elif _direct_scorep_only(job, entry):
-                    out.append(warn(f"scorep imported {where} in {job.rel(s.path)}: harmless while each rank runs "
-                                    "under its own python -m scorep, error 802 once torchrun spawns the workers",
-                                    evidence, "lazy-scorep-import", data=data))
-                else:
-                    out.append(fail(f"scorep imported {where} in {job.rel(s.path)}, which every DDP worker "
-                                    f"imports ({why}): Score-P's CUDA adapter starts before the worker's CUDA "
-                                    "context (error 802)", evidence, "lazy-scorep-import",
-                                    entities={"file": job.rel(s.path)}, data=data))
+                out.append(_import_outcome(facts, job, entry, closure, s, imp, adapter))
     return out or [passed("no import-time scorep import in the training scripts")]
 
 
+def _import_outcome(facts: Facts, job: Job, entry: PyScript, closure: list[PyScript], s: PyScript,
+                    imp: ScorepImport, adapter: Adapter) -> Outcome:
+    """SCR001 for one import-time scorep import, at the level the evidence sets."""
+    where = "at module level" if imp.guard is None else f"at module level inside `{imp.guard}`"
+    if imp.scope in ("class", "main-guard"):
+        where = f"in the {'class body' if imp.scope == 'class' else '__main__ block'}"
+    data = imp.site.data() | {"scope": imp.scope, "guard": imp.guard, "entry": entry.path,
+                              "adapter": adapter.state}
+    evidence = [ev(job, imp.site, "import")]
+    via = _importer(closure, s.path) if s is not entry else None
+    if via is not None:
+        evidence.append(ev(job, via, "imported by"))
+    after = cuda_set_up_before(s, imp.site.line) if imp.scope == "module" and s.role != "snippet" else None
+    if after is not None:
+        evidence.append(Evidence(f"line {after} sets CUDA up first", job.rel(s.path), after, "CUDA set up"))
+        return passed(f"scorep imported {where} in {job.rel(s.path)}, after CUDA is set up (line {after}): "
+                      "the lazy import the field guide recommends", evidence)
+    ddp, why = is_ddp(job, entry)
+    if not ddp:
+        return passed(f"scorep imported {where}, but {job.rel(entry.path)} is not a DDP script ({why})", evidence)
+    if _direct_scorep_only(job, entry):
+        return passed(f"scorep imported {where} in {job.rel(s.path)}: harmless while each rank runs under its own "
+                      "python -m scorep (its adapter starts with the process anyway: LNC002); error 802 once "
+                      "torchrun spawns the workers", evidence)
+    if adapter.state == "absent":
+        return passed(f"scorep imported {where} in {job.rel(s.path)}, but {adapter.why}", evidence)
+    cold = cold_runtime(facts)
+    evidence += list(cold.evidence)
+    if cold.next_step:
+        data["next_step"] = cold.next_step
+    data["evidence_level"] = cold.level.value
+    if cold.level == Status.FAIL:
+        return fail(f"scorep imported {where} in {job.rel(s.path)}, which every DDP worker imports ({why}), and "
+                    f"{cold.why}: Score-P's CUDA adapter starts before the worker's CUDA context (error 802)",
+                    evidence, "lazy-scorep-import", entities={"file": job.rel(s.path)}, data=data)
+    return warn(f"scorep imported {where} in {job.rel(s.path)}, which every DDP worker imports ({why}): "
+                f"Score-P's CUDA adapter starts before the worker's CUDA context ({cold.why})",
+                evidence, "lazy-scorep-import", entities={"file": job.rel(s.path)}, data=data)
+
+
 @check("SCR002", L, "the process group is never destroyed before exit",
-       needs=("job",), remedies=("destroy-process-group",))
+       needs=("job", "logscan"), remedies=("destroy-process-group",), handles_failures=True)
 def destroys_process_group(facts: Facts) -> list[Outcome]:
     """What it does:
     For DDP training scripts (init_process_group, DistributedDataParallel, or an HF Trainer
     started as several ranks), looks for `torch.distributed.destroy_process_group()` in the
-    script or the local modules it imports.
+    script or the local modules it imports, or a framework teardown that calls it:
+    accelerate's `Accelerator.end_training()` (since accelerate 0.34; the version is read from
+    a pin in the job folder or the job's interpreter), Lightning's atexit handler.
 
     Why is this bad?
     Without it, NCCL's watchdog thread runs its cleanup (touching the CUDA device) at
@@ -117,10 +155,20 @@ def destroys_process_group(facts: Facts) -> list[Outcome]:
     Remedy:
     `if dist.is_initialized(): dist.destroy_process_group()` at the end of training.
 
+    Severity:
+    pass when the script destroys the group, or accelerate >= 0.34's end_training() does, or
+    the script is not DDP; warn when a framework may do it but gpu-doctor cannot tell
+    (accelerate of unknown version, Lightning's atexit order), or when nothing destroys it in a
+    job that Score-P does not measure with a CUDA adapter (the race needs one); fail when
+    nothing destroys it and Score-P's CUDA adapter is loaded or asked for (traces are lost),
+    or when the logs show the watchdog abort.
+
     Fix safety:
     Unsafe: edits the training code.
     """
-    job: Job = facts["job"]
+    job = facts.get("job")
+    if isinstance(job, ProbeFailure):
+        return [unknown(str(job), entities={"probe": "job"})]
     entries = job.entry_scripts()
     if not entries:
         return [_no_scripts()]
@@ -139,25 +187,58 @@ def destroys_process_group(facts: Facts) -> list[Outcome]:
         if destroy is not None:
             out.append(passed("destroy_process_group() is called", ev(job, destroy.site, "teardown")))
             continue
-        anchor = next((c for s in closure for c in s.trainer_train), None) or \
-            next((c for s in closure for c in s.init_pg), None) or \
-            next((c for s in closure for c in s.ddp_wrap), None)
-        data: dict[str, object] = {"entry": entry.path, "ddp": why}
-        evidence = []
-        if anchor is not None:
-            data.update(anchor.site.data())
-            if anchor.function is not None:
-                data.update({"function": anchor.function.name, "function_start": anchor.function.start,
-                             "function_end": anchor.function.end, "insert_after_line": anchor.function.end})
-            evidence.append(ev(job, anchor.site, "training"))
-        else:
-            data.update({"file": entry.path, "line": 1, "text": ""})
-        measured = job.uses_scorep
-        make = fail if measured else warn
-        out.append(make(f"{job.rel(entry.path)} never calls destroy_process_group(): NCCL's watchdog races the "
-                        "profiler's teardown at exit" + (" and Score-P loses the ranks' traces" if measured else ""),
-                        evidence, "destroy-process-group", entities={"file": job.rel(entry.path)}, data=data))
+        out.append(_teardown_outcome(facts, job, entry, closure, why))
     return out
+
+
+def _teardown_outcome(facts: Facts, job: Job, entry: PyScript, closure: list[PyScript], why: str) -> Outcome:
+    """SCR002 for a DDP entry script that never calls destroy_process_group() itself."""
+    framework = framework_teardown(facts, job, closure)
+    if framework is not None and framework.destroys:
+        return passed(framework.why, framework.evidence)
+    anchor = next((c for s in closure for c in s.trainer_train), None) or \
+        next((c for s in closure for c in s.init_pg), None) or \
+        next((c for s in closure for c in s.ddp_wrap), None)
+    data: dict[str, object] = {"entry": entry.path, "ddp": why}
+    evidence = []
+    if anchor is not None:
+        data.update(anchor.site.data())
+        if anchor.function is not None:
+            data.update({"function": anchor.function.name, "function_start": anchor.function.start,
+                         "function_end": anchor.function.end, "insert_after_line": anchor.function.end})
+        evidence.append(ev(job, anchor.site, "training"))
+    else:
+        data.update({"file": entry.path, "line": 1, "text": ""})
+    aborts = watchdog_lines(facts)
+    adapter = cuda_adapter(job)
+    entities = {"file": job.rel(entry.path)}
+    if framework is not None and framework.destroys is None and not aborts:
+        return warn(f"{job.rel(entry.path)} leaves the process-group teardown to {framework.framework}: "
+                    f"{framework.why}", evidence + list(framework.evidence), "destroy-process-group",
+                    entities=entities, data=data)
+    what = f"{job.rel(entry.path)} never calls destroy_process_group()"
+    if framework is not None:
+        what += f" ({framework.why})"
+        evidence += list(framework.evidence)
+    if aborts:
+        return fail(f"{what}, and the logs show ranks aborting at teardown: NCCL's watchdog raced the "
+                    "profiler's teardown at exit", evidence + aborts, "destroy-process-group",
+                    entities=entities, data=data)
+    if job.uses_scorep and adapter.state != "absent":
+        return fail(f"{what}: NCCL's watchdog races the profiler's teardown at exit and Score-P loses the ranks' "
+                    "traces", evidence + list(adapter.evidence[:1]), "destroy-process-group",
+                    entities=entities, data=data)
+    return warn(f"{what}: NCCL's watchdog can race a profiler's CUDA teardown at exit ({adapter.why})",
+                evidence, "destroy-process-group", entities=entities, data=data)
+
+
+def watchdog_lines(facts: Facts) -> list[Evidence]:
+    """NCCL-watchdog / `tpd == 0` teardown aborts in the job's logs."""
+    scan = facts.get("logscan")
+    if isinstance(scan, ProbeFailure) or not scan:
+        return []
+    return [Evidence(m["text"], m["file"], m["line"], "log") for m in scan
+            if m.get("signature") in ("nccl_watchdog_teardown", "tpd_zero")][:4]
 
 
 @check("SCR003", L, "CUDA stream self-wait inside `with torch.cuda.stream(s)`",
@@ -182,6 +263,9 @@ def stream_self_wait(facts: Facts) -> list[Outcome]:
         producer_stream = torch.cuda.current_stream(dev)   # before the context
         with torch.cuda.stream(stream):
             stream.wait_stream(producer_stream)
+
+    Severity:
+    fail for every self-wait found (the copy races the producer: corrupt values); else pass.
 
     Fix safety:
     Unsafe: edits the training code.
@@ -221,6 +305,10 @@ def real_cuda_check(facts: Facts) -> list[Outcome]:
     Remedy:
     `try: torch.zeros(1).cuda() except Exception: sys.exit(1)`: the exception is the
     "not ready yet" signal.
+
+    Severity:
+    fail when a warm-up snippet tests `is_available()` (that warm-up never warms up); warn for
+    the test in a training script (a spurious failure on a cold node); else pass.
 
     Fix safety:
     Unsafe: edits code.

@@ -51,6 +51,11 @@ def best_model_strategies(facts: Facts) -> list[Outcome]:
     For a diagnostic trace there is no best model: `--load_best_model_at_end False` (or
     give eval and save the same strategy).
 
+    Severity:
+    fail for load_best_model_at_end with strategies that differ, or save_steps not a multiple of
+    eval_steps (TrainingArguments raises at start-up); unknown when a value is only known at run
+    time; skip without trainer arguments; else pass.
+
     Fix safety:
     Safe: changes one trainer argument.
     """
@@ -138,6 +143,11 @@ def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
     Remedy:
     Fix CUDA first (see GPU003 and GPU004: warm-up before Score-P, exclude a broken node);
     the flag is fine.
+
+    Severity:
+    fail when fp16/bf16 is asked for and torch in the job's interpreter cannot use CUDA (the
+    FP16 ValueError); skip on a host without a driver (the GPU node must say); unknown when
+    GPU004 could not tell; else pass.
 
     Fix safety:
     Safe: the warm-up is inserted before the launch; nothing in the trainer changes.

@@ -11,7 +11,7 @@ from doctor import __version__, registry
 from doctor.model import CheckResult, Layer, Status
 from doctor.runner import Run
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 class ExitCode(enum.IntEnum):
@@ -52,21 +52,53 @@ def counts(results: list[CheckResult]) -> dict[str, int]:
 
 
 def reason_line(run: Run, fail_on: str = "error") -> str:
-    """The one line a prologue log or a job script shows."""
+    """The one line a prologue log or a job script shows: root causes first, then the next command."""
+    from doctor.diagnosis import diagnose
+
     host = run.case.host
     bad = blocking(run.results, fail_on)
-    if len(bad) > 2:  # keep it one readable line: every ID, the first message in full
-        first = bad[0]
-        return (f"gpu-doctor: FAIL on {host}: {len(bad)} checks ({', '.join(r.check_id for r in bad)}); "
-                f"first: {first.check_id} {first.status.value}: {first.message}")
+    diagnosis = diagnose(run)
+    step = diagnosis.next_step
     if bad:
-        parts = [f"{r.check_id} {r.status.value}: {r.message}" for r in bad]
-        return f"gpu-doctor: FAIL on {host}: " + "; ".join(parts)
+        roots = [r for r in diagnosis.root_causes if any(b.check_id == r.problem.check_id for b in bad)]
+        ids = list(dict.fromkeys([r.problem.check_id for r in roots] + [r.check_id for r in bad]))
+        first = next((b for b in bad if roots and b.check_id == roots[0].problem.check_id), bad[0])
+        step = next_for(first, diagnosis, run) or step
+        if len(bad) > 2 or roots:
+            causes = "; root causes: " + ", ".join(_root_words(r) for r in roots) if roots else ""
+            line = (f"gpu-doctor: FAIL on {host}: {len(bad)} check{'s' if len(bad) > 1 else ''} "
+                    f"({', '.join(ids)}){causes}; first: {first.check_id} {first.status.value}: {first.message}")
+        else:
+            line = f"gpu-doctor: FAIL on {host}: " + "; ".join(f"{r.check_id} {r.status.value}: {r.message}"
+                                                              for r in bad)
+        return f"{line}; next: {step}" if step else line
     c = counts(run.results)
     summary = ", ".join(f"{n} {s}" for s, n in c.items() if n)
     warns = [r.check_id for r in run.results if r.status == Status.WARN]
     note = f" (warnings: {', '.join(warns)})" if warns else ""
-    return f"gpu-doctor: OK on {host}: {summary or 'no checks'}{note}"
+    line = f"gpu-doctor: OK on {host}: {summary or 'no checks'}{note}"
+    if step is None:
+        odd = [r for r in run.results if r.status in (Status.UNKNOWN, Status.TIMEOUT)]
+        step = f"gpu-doctor explain {odd[0].check_id}" if odd else None
+    return f"{line}; next: {step}" if step else line
+
+
+def _root_words(root: Any) -> str:
+    """'SCR002 (explains ART003, ART004)'."""
+    ids = list(dict.fromkeys(s.problem.check_id for s in root.symptoms))
+    return f"{root.problem.check_id} (explains {', '.join(ids)})"
+
+
+def next_for(result: CheckResult, diagnosis: Any, run: Run) -> str | None:
+    """The next command for one check's result: its root-cause entry's, else its own."""
+    from doctor.diagnosis import next_command
+
+    for r in diagnosis.root_causes:
+        if r.problem.check_id == result.check_id:
+            return str(r.problem.next_step)
+    if result.status in (Status.PASS, Status.SKIP):
+        return None
+    return next_command(result.check_id, result.layer, result.remedies, run.case.root)
 
 
 def _remedy_json(rid: str, applied: dict[str, Any]) -> dict[str, Any]:
@@ -113,6 +145,8 @@ def check_json(r: CheckResult, applied: dict[str, Any] | None = None) -> dict[st
 
 
 def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) -> dict[str, Any]:
+    from doctor.diagnosis import diagnose
+
     code = exit_code(run, fail_on)
     overall = "fail" if code else ("warn" if any(r.status == Status.WARN for r in run.results) else "pass")
     return {
@@ -135,4 +169,5 @@ def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) ->
         "exit_code": int(code),
         "counts": counts(run.results),
         "checks": [check_json(r, run.extra.get("applied")) for r in run.results],
+        "diagnosis": diagnose(run).to_json(),
     }

@@ -24,8 +24,8 @@ INTENDED = [
     ("SCP003", Status.FAIL, [("job.sbatch", 17)]),
     ("SCP005", Status.FAIL, [("job.sbatch", 27)]),
     ("LNC001", Status.FAIL, [("job.sbatch", 27), ("scorep_torchrun.py", 6)]),
-    ("LNC002", Status.FAIL, [("job.sbatch", 27), ("job.sbatch", 24)]),
-    ("SCR001", Status.FAIL, [("train.py", 18)]),
+    ("LNC002", Status.WARN, [("job.sbatch", 27), ("job.sbatch", 24)]),  # a risk: no cold runtime seen
+    ("SCR001", Status.WARN, [("train.py", 18)]),
     ("SCR002", Status.FAIL, [("train.py", 94)]),
     ("SCR003", Status.FAIL, [("metrics.py", 22), ("metrics.py", 21)]),
     ("SCR004", Status.WARN, [("train.py", 85)]),

@@ -181,7 +181,7 @@ def test_environment_is_allow_listed_and_secret_values_masked(planted: dict[str,
 def test_markdown_reads_well_in_a_terminal(planted: dict[str, Any]) -> None:
     text = planted["md"].read_text()
     headings = [ln for ln in text.splitlines() if ln.startswith("## ")]
-    assert headings == ["## Summary", "## System", "## Versions", "## Score-P configuration", "## GPUs",
+    assert headings == ["## Summary", "## Diagnosis", "## System", "## Versions", "## Score-P configuration", "## GPUs",
                         "## Topology and P2P", "## Slurm job", "## Environment", "## Findings",
                         "## Remedies applied", "## Last launch", "## Where the time goes", "## Log excerpts",
                         "## Redaction"]

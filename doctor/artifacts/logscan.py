@@ -335,8 +335,26 @@ LOG_DEPTH = 2
 MAX_LOGS = 200
 
 
+def launch_logs(root: Path, follow_symlinks: bool = True) -> list[Path]:
+    """The per-rank logs of the last `gpu-doctor launch` in `root` (`.gpu-doctor/runs/<time>/rank_N.log`).
+
+    Only the latest run counts: an older run's errors may be fixed since."""
+    runs = root / ".gpu-doctor" / "runs"
+    try:
+        if not follow_symlinks and (runs.is_symlink() or runs.parent.is_symlink()):
+            return []
+        stamps = sorted((d for d in runs.iterdir() if d.is_dir() and (follow_symlinks or not d.is_symlink())),
+                        key=lambda d: d.name)
+    except OSError:
+        return []
+    if not stamps:
+        return []
+    return sorted(p for p in stamps[-1].glob("rank_*.log") if follow_symlinks or not p.is_symlink())
+
+
 def discover_logs(root: Path, follow_symlinks: bool = True) -> list[Path]:
-    """Log files in the job folder and its subfolders (two levels): *.log, *.err, *.out."""
+    """Log files in the job folder and its subfolders (two levels): *.log, *.err, *.out, and the
+    per-rank logs of the last `gpu-doctor launch` (`launch_logs`)."""
     from doctor.artifacts.discover import SKIP_DIRS
 
     found: list[Path] = []
@@ -359,6 +377,7 @@ def discover_logs(root: Path, follow_symlinks: bool = True) -> list[Path]:
                     stack.append((entry, depth + 1))
             except OSError:
                 continue
+    found += [p for p in launch_logs(root, follow_symlinks) if p not in found]
     return sorted(found)[:MAX_LOGS]
 
 

@@ -85,6 +85,7 @@ def sections(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     where = [("timeline", "Where the time goes", _timeline(doc["timeline"]))] if doc.get("timeline") else []
     return [
         ("summary", "Summary", _summary(doc)),
+        ("diagnosis", "Diagnosis", _diagnosis(doc)),
         ("findings", "Findings", _findings(doc)),
         ("system", "System", table(("Field", "Value"), view.system_rows(doc))),
         ("versions", "Versions", table(("Component", "Version", "Source"), view.version_rows(doc))),
@@ -107,6 +108,14 @@ def _summary(doc: Mapping[str, Any]) -> str:
              esc(c["message"])) for c in view.notable(doc)]
     return para(f"Checks: {counts}.") + (table(("Status", "Check", "Layer", "Message"), rows, (0, 1, 2, 3))
                                          if rows else para("No check found a problem."))
+
+
+def _diagnosis(doc: Mapping[str, Any]) -> str:
+    rows = [(esc(cause), badge(status), esc(explains), f"<code>{esc(nxt)}</code>")
+            for cause, status, explains, nxt in view.diagnosis_rows(doc)]
+    if not rows:
+        return para("No problem to diagnose.")
+    return table(("Problem (root causes first)", "Status", "Explains", "Next"), rows, (0, 1, 2, 3))
 
 
 def _findings(doc: Mapping[str, Any]) -> str:

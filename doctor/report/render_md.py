@@ -54,6 +54,7 @@ def sections(doc: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     where = [("Where the time goes", _timeline(doc["timeline"]))] if doc.get("timeline") else []
     return [
         ("Summary", _summary(doc)),
+        ("Diagnosis", _diagnosis(doc)),
         ("System", _kv(view.system_rows(doc))),
         ("Versions", table(("Component", "Version", "Source"), view.version_rows(doc))),
         ("Score-P configuration", _scorep(doc)),
@@ -68,6 +69,15 @@ def sections(doc: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         ("Log excerpts", _excerpts(doc)),
         ("Redaction", table(("Rule", "Count", "What it does"), view.redaction_rows(doc))),
     ]
+
+
+def _diagnosis(doc: Mapping[str, Any]) -> list[str]:
+    rows = view.diagnosis_rows(doc)
+    if not rows:
+        return ["No problem to diagnose.", ""]
+    nxt = (doc.get("diagnosis") or {}).get("next")
+    head = [f"Next: `{nxt}`", ""] if nxt else []
+    return head + table(("Problem (root causes first)", "Status", "Explains", "Next"), rows)
 
 
 def _summary(doc: Mapping[str, Any]) -> list[str]:

@@ -59,6 +59,26 @@ def notable(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return sorted((c for c in doc["checks"] if c["status"] in NOTABLE), key=lambda c: order[c["status"]])
 
 
+def problem_name(p: Mapping[str, Any]) -> str:
+    """'ART004 (fp16_valueerror)' or 'SCR002'."""
+    return f"{p['id']} ({p['signature']})" if p.get("signature") else str(p["id"])
+
+
+def diagnosis_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(root cause, status, what it explains, next command) per root cause, then the rest."""
+    diag = doc.get("diagnosis") or {}
+    rows = []
+    for r in diag.get("root_causes", []):
+        explains = "; ".join(f"{problem_name(s)} {s['status']}: {s['message']}" for s in r["explains"])
+        rows.append((f"{problem_name(r)}: {r['message']}", r["status"], explains, r["next"]))
+    for u in diag.get("unexplained", []):
+        rows.append((f"{problem_name(u)}: {u['message']}", u["status"],
+                     f"cause not found; possible: {', '.join(u['possible_causes'])}", u["next"]))
+    for p in diag.get("independent", []):
+        rows.append((f"{problem_name(p)}: {p['message']}", p["status"], "", p["next"]))
+    return rows
+
+
 def evidence_line(e: Mapping[str, Any]) -> str:
     where = f"{e['file']}:{e['line']}: " if e.get("file") and e.get("line") else \
         (f"{e['file']}: " if e.get("file") else "")

@@ -18,9 +18,11 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
 from doctor.case import Case
+from doctor.diagnosis import Diagnosis
 from doctor.model import CheckResult, Status
 from doctor.playbook import load_playbook
 from doctor.runner import CheckFinished, CheckStarted, Event, Run, run_checks
+from doctor.tui.diagnosis_view import DiagnosisPanel
 from doctor.tui.options import Options
 from doctor.tui.status import STATUS_ICON, STATUS_STYLE, status_text
 from doctor.verdict import counts, exit_code
@@ -73,6 +75,7 @@ class DoctorApp(App[int]):
         Binding("u", "undo", "Undo"),
         Binding("l", "launch", "Launch"),
         Binding("e", "report", "Export report"),
+        Binding("p", "problems_only", "Problems only"),
         Binding("ctrl+c", "stop_or_quit", "Stop/Quit", priority=True),
         Binding("q", "quit", "Quit"),
     ]
@@ -84,11 +87,14 @@ class DoctorApp(App[int]):
         self.results: dict[str, CheckResult] = {}
         self.run_result: Run | None = None
         self.checks_running = False
+        self.diagnosis: Diagnosis | None = None
+        self.problems_only = False
         self.sub_title = str(case.root) if case.root else "this node"
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="verdict")
+        yield DiagnosisPanel("", id="diagnosis")
         yield DataTable(id="checks", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
@@ -157,6 +163,8 @@ class DoctorApp(App[int]):
         table = self.query_one("#checks", DataTable)
         table.clear()
         self.results.clear()
+        self.diagnosis = None
+        self.query_one(DiagnosisPanel).show(None)
         from doctor.runner import order_checks
 
         for chk in order_checks(self.playbook_checks()):
@@ -198,6 +206,46 @@ class DoctorApp(App[int]):
     def checks_done(self, message: ChecksDone) -> None:
         self.run_result = message.run
         self.update_verdict()
+        from doctor.diagnosis import diagnose
+
+        self.diagnosis = diagnose(message.run)
+        self.query_one(DiagnosisPanel).show(self.diagnosis)
+        self.show_rows()
+        self.focus_first_problem()
+
+    def first_problem(self) -> str | None:
+        """The row to open on: the first root cause, else the worst finding (never a skipped node row)."""
+        if self.diagnosis is not None and self.diagnosis.root_causes:
+            return str(self.diagnosis.root_causes[0].problem.check_id)
+        bad = [r for r in self.results.values() if r.status not in (Status.PASS, Status.SKIP)]
+        return max(bad, key=lambda r: r.status.rank).check_id if bad else None
+
+    def focus_first_problem(self) -> None:
+        table = self.query_one("#checks", DataTable)
+        first = self.first_problem()
+        if first is not None and first in [k.value for k in table.rows]:
+            table.move_cursor(row=table.get_row_index(first))
+
+    def show_rows(self) -> None:
+        """All rows in layer order, or (problems only) the findings above pass/skip."""
+        from doctor.runner import order_checks
+
+        table = self.query_one("#checks", DataTable)
+        table.clear()
+        for chk in order_checks(self.playbook_checks()):
+            r = self.results.get(chk.id)
+            if self.problems_only and (r is None or r.status in (Status.PASS, Status.SKIP)):
+                continue
+            table.add_row(Text(chk.layer, style="bold"), chk.id, status_text(r.status if r else None),
+                          Text(r.message) if r else Text(chk.title, style="dim"), key=chk.id)
+
+    def action_problems_only(self) -> None:
+        if self.checks_running:
+            return
+        self.problems_only = not self.problems_only
+        self.show_rows()
+        self.focus_first_problem()
+        self.notify("Problems only" if self.problems_only else "Every check")
 
     def update_verdict(self) -> None:
         c = counts(list(self.results.values()))
@@ -229,7 +277,7 @@ class DoctorApp(App[int]):
             return
         from doctor.tui.finding import FindingScreen
 
-        self.push_screen(FindingScreen(result, self.case))
+        self.push_screen(FindingScreen(result, self.case, self.diagnosis))
 
     def action_fix(self) -> None:
         from doctor.tui.fix import FixScreen

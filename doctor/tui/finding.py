@@ -16,7 +16,9 @@ from textual.widgets import Footer, Header, Static
 
 from doctor import registry
 from doctor.case import Case
+from doctor.diagnosis import Diagnosis
 from doctor.model import CheckResult, Evidence
+from doctor.tui.diagnosis_view import links_renderable
 from doctor.tui.status import status_text
 
 CONTEXT_LINES = 3
@@ -55,10 +57,11 @@ class FindingScreen(Screen[None]):
 
     BINDINGS = [Binding("escape,q", "app.pop_screen", "Back"), Binding("f", "app.fix", "Fix")]
 
-    def __init__(self, result: CheckResult, case: Case) -> None:
+    def __init__(self, result: CheckResult, case: Case, diagnosis: Diagnosis | None = None) -> None:
         super().__init__()
         self.result = result
         self.case = case
+        self.diagnosis = diagnosis
 
     def compose(self) -> ComposeResult:
         r = self.result
@@ -67,6 +70,10 @@ class FindingScreen(Screen[None]):
             yield Static(Text.assemble((f"{r.check_id} ", "bold"), (r.title, "bold"), "  ",
                                        status_text(r.status)), id="finding-title")
             yield Static(Text(r.message), id="finding-message")
+            links = links_renderable(r.check_id, self.diagnosis)
+            if links is not None:
+                yield Static(Text("Diagnosis", style="bold underline"))
+                yield Static(links, id="finding-links")
             yield Static(Text("Evidence", style="bold underline"))
             for f in r.findings:
                 if len(r.findings) > 1:

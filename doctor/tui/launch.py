@@ -216,6 +216,11 @@ class LaunchScreen(Screen[None]):
         summary = launcher.wait()
         assert summary is not None
         verdict = f"exit {summary.exit_code}: {summary.reason}"
+        failed = [r.rank for r in summary.ranks if r.returncode not in (0, None)]
+        if failed:
+            from doctor.launch.failures import rank_failures
+
+            verdict += "".join(f"\n{f.text('press f')}" for f in rank_failures(summary.run_dir, failed))
         if spec.instrumented and any(r.pid for r in summary.ranks):
             from doctor.launch.verify import verify
 
