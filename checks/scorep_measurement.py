@@ -108,6 +108,12 @@ def measurement_memory(facts: Facts) -> list[Outcome]:
     `export SCOREP_TOTAL_MEMORY=256M` (16x Score-P's value, under the 4 GiB cap), or measure
     less (SCP010: a filter file, `--noinstrumenter` with user regions).
 
+    Severity:
+    fail when the logs hold Score-P's out-of-memory abort and the job still sets less than the
+    proposal, or when the Python instrumenter meets a process that imports torch with less than
+    64M (the default 16000k included); unknown when the value is only known at run time; pass
+    when the job now sets enough or does not instrument torch; skip without Score-P.
+
     Fix safety:
     Safe: sets one variable (memory per rank, allocated as Score-P needs it).
     """
@@ -260,6 +266,12 @@ def measurement_overhead(facts: Facts) -> list[Outcome]:
     regions of a profile run (gpu-doctor writes it: the modules `scorep-score` ranks
     highest, or all but `__main__` and user regions); or `--noinstrumenter` with user
     regions. For the depth warning: `export SCOREP_PROFILING_MAX_CALLPATH_DEPTH=N` (Score-P's N).
+
+    Severity:
+    warn when a profile holds 100 000 region visits or more and the job still measures unfiltered,
+    or when the logs hold the call-path depth warning and the job sets a lower depth; pass when
+    the job filters, uses --noinstrumenter, or sets the depth asked for (before any run, an
+    unfiltered instrumenter is only noted); skip without Score-P.
 
     Fix safety:
     Safe: writes a new filter file and sets variables; what the job computes is unchanged.
