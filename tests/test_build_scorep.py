@@ -47,3 +47,29 @@ def test_nothing_vendored_means_the_real_score_p_tests_skip(tmp_path: Path) -> N
     assert res.returncode == 0
     assert "real-Score-P tests will skip" in res.stdout
     assert not (venv / "scorep-prefix").exists()
+
+
+def test_a_finished_source_build_is_reused_from_the_cache_keyed_by_the_hash(tmp_path: Path) -> None:
+    """Without the prebuilt prefix for this OS, the script builds from source into CACHE/scorep-8.4-<hash>;
+    a build marked complete whose scorep-config runs is taken as it is (here: a stand-in prefix)."""
+    real = Path(__file__).resolve().parent.parent.parent / "shared" / "vendor" / "scorep-8.4.tar.gz"
+    if not real.is_file():
+        import pytest
+
+        pytest.skip(f"{real} is not vendored here")
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    (vendor / "scorep-8.4.tar.gz").symlink_to(real)
+    digest = hashlib.sha256(real.read_bytes()).hexdigest()
+    (vendor / "SHA256SUMS").write_text(f"{digest}  scorep-8.4.tar.gz\n")   # no prebuilt prefix listed
+    build = tmp_path / "cache" / f"scorep-8.4-{digest[:16]}"
+    for tool, text in (("scorep-config", "echo 8.4"), ("scorep-info", "echo 'CUDA support: no'")):
+        path = build / "prefix" / "bin" / tool
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\n{text}\n")
+        path.chmod(0o755)
+    (build / ".complete").touch()
+    res = run(vendor, fake_venv(tmp_path))
+    assert f"build-scorep: reusing the finished build in {build}\n" in res.stdout, res.stdout + res.stderr
+    assert f"build-scorep: Score-P 8.4 at {build}/prefix\n" in res.stdout
+    assert "building Score-P 8.4" not in res.stdout
