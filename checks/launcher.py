@@ -8,7 +8,7 @@ from typing import Any
 from checks.launcher_cold_runtime import Adapter, ColdRuntime, cold_runtime, cuda_adapter
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Command, Job
-from doctor.jobfolder.queries import code_of, command_data, ev, problem_evidence, ranks, sbatch
+from doctor.jobfolder.queries import code_of, command_data, ev, link_unknown, problem_evidence, ranks, sbatch
 from doctor.model import Evidence, Layer, Outcome, Status, fail, passed, skip, unknown, warn
 from doctor.registry import check
 
@@ -100,7 +100,8 @@ def launcher_only(facts: Facts) -> list[Outcome]:
                         f"launcher agent only, not the {sp.nproc_text or '?'} workers it spawns", evidence,
                         "per-rank-launch", entities={"file": job.rel(cmd.site.file)}, data=data))
     if not found:
-        out.append(skip("no `python -m scorep` launch in the job folder"))
+        out.append(link_unknown(job, "no `python -m scorep` launch")
+                   or skip("no `python -m scorep` launch in the job folder"))
     return out
 
 

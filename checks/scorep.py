@@ -10,11 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from doctor.facts import Facts, ProbeFailure
+from doctor.jobfolder.argv import scorep_words
 from doctor.jobfolder.model import Job
 from doctor.jobfolder.queries import (
     command_data,
     ev,
+    link_unknown,
     multi_rank,
+    origin_evidence,
     ranks,
     settings,
     var_data,
@@ -22,23 +25,25 @@ from doctor.jobfolder.queries import (
     worker_scripts,
 )
 from doctor.jobfolder.scorep_values import (
+    CUDA_BUFFER_PER_RANK,
+    DEFAULT_CUDA_BUFFER,
+    PROPOSED_TOTAL_MEMORY,
     TOTAL_MEMORY_LIMIT,
     SizeError,
     format_size,
     human,
     parse_cuda_enable,
     parse_size,
+    proposed_cuda_buffer,
 )
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
 from doctor.registry import check
 
 L = Layer.SCOREP
-DEFAULT_CUDA_BUFFER = 1 << 20
-PROPOSED_TOTAL_MEMORY = "3500M"
 
 
 def _no_scorep(job: Job) -> Outcome:
-    return skip("no `python -m scorep` launch in the job folder")
+    return link_unknown(job, "no `python -m scorep` launch") or skip("no `python -m scorep` launch in the job folder")
 
 
 def _logscan(facts: Facts, signature: str) -> tuple[list[dict[str, Any]], str | None]:
@@ -161,8 +166,11 @@ def cuda_adapter_loaded(facts: Facts) -> list[Outcome]:
             continue
         data = command_data(cmd) | {"scorep_flags": list(launch.scorep.flags), "flag": "--cuda",
                                     "cuda_enable": var_data(var)}
+        sw = scorep_words(cmd)
+        written = origin_evidence(job, cmd, sw.scorep if sw else None, "python -m scorep written here")
         out.append(fail(f"SCOREP_CUDA_ENABLE={var.raw} but `python -m scorep` has no --cuda: the CUDA adapter "
-                        "is never loaded, no kernels are recorded", [where, var_evidence(job, var)],
+                        "is never loaded, no kernels are recorded",
+                        [where, *([written] if written else []), var_evidence(job, var)],
                         "scorep-add-cuda", entities={"file": job.rel(cmd.site.file)}, data=data))
     if not job.instrumented:
         return [_no_scorep(job)]
@@ -220,14 +228,6 @@ def total_memory(facts: Facts) -> list[Outcome]:
     return out
 
 
-def propose_buffer(minimum: int) -> int:
-    """A power-of-two MiB size at least four times `minimum` (the seed's 8.9 MB -> 64M)."""
-    size = 8 << 20
-    while size < 4 * minimum:
-        size *= 2
-    return size
-
-
 @check("SCP004", L, "CUPTI activity buffer too small: dropped records or too many ranks for it",
        needs=("job", "logscan"), remedies=("scorep-cuda-buffer",), handles_failures=True)
 def cuda_buffer(facts: Facts) -> list[Outcome]:
@@ -270,7 +270,7 @@ def cuda_buffer(facts: Facts) -> list[Outcome]:
             out.append(passed(f"the log's proposal {proposal} is below the job's SCOREP_CUDA_BUFFER "
                               f"({format_size(current[0])}) now", _log_evidence(job, m)))
             continue
-        proposed = propose_buffer(proposal or DEFAULT_CUDA_BUFFER)
+        proposed = proposed_cuda_buffer(proposal or None)
         evidence = [_log_evidence(job, m)] + ([var_evidence(job, current[1])] if current and current[1] else [])
         evidence.append(Evidence(f"SCOREP_CUDA_BUFFER={format_size(proposed)} ({proposed} bytes, minimum "
                                  f"{proposal or '?'})", label="proposed"))
@@ -293,10 +293,11 @@ def cuda_buffer(facts: Facts) -> list[Outcome]:
             assert var is not None
             out.append(fail(f"SCOREP_CUDA_BUFFER={var.value!r} is not a size Score-P accepts: {exc}",
                             var_evidence(job, var), "scorep-cuda-buffer",
-                            data=var_data(var) | {"proposed": "64M", "proposed_bytes": 64 << 20}))
+                            data=var_data(var) | {"proposed": format_size(proposed_cuda_buffer(None)),
+                                                  "proposed_bytes": proposed_cuda_buffer(None)}))
             continue
-        if n is not None and n > 4 and size < n * 1152 * 1024:
-            proposed = propose_buffer(n * 1152 * 1024)
+        if n is not None and n > 4 and size < n * CUDA_BUFFER_PER_RANK:
+            proposed = proposed_cuda_buffer(n * CUDA_BUFFER_PER_RANK)
             evidence = [ev(job, cmd.site, "launch", f"{cmd.site.text}  ({n} ranks: {how})")]
             if var is not None:
                 evidence.append(var_evidence(job, var))
@@ -360,7 +361,10 @@ def no_dashdash(facts: Facts) -> list[Outcome]:
     for cmd, launch in job.instrumented:
         assert launch.scorep is not None
         if launch.scorep.dashdash:
-            line = cmd.line_of("--")
+            sw = scorep_words(cmd)
+            word = cmd.word_at(sw.dashdash[0]) if sw and sw.dashdash else None
+            span = word.source if word is not None else None
+            line = span.line if span is not None and span.file == cmd.site.file else cmd.line_of("--")
             out.append(fail("`--` after `python -m scorep` goes to scorep-config, which rejects it "
                             "(Unknown option: '--')", ev(job, cmd.site, "launch") if line == cmd.site.line else
                             Evidence("--", job.rel(cmd.site.file), line, "launch"), "scorep-drop-dashdash",
@@ -494,12 +498,10 @@ def cuda_enable_entries(facts: Facts) -> list[Outcome]:
                             f"(use {proposed})", where, "scorep-cuda-enable-fix",
                             data=var_data(var) | {"invalid": list(parsed.invalid), "proposed": proposed}))
             continue
-        names = {e.lower() for e in parsed.entries if not e.startswith("~")}
-        if {"idle", "pure_idle"} <= names:
+        if parsed.conflicting:
             out.append(warn("SCOREP_CUDA_ENABLE asks for both idle and pure_idle, which exclude each other", where,
                             "scorep-cuda-enable-fix", data=var_data(var) | {
-                                "invalid": ["pure_idle"],
-                                "proposed": ",".join(e for e in parsed.entries if e.lower() != "pure_idle")}))
+                                "invalid": ["pure_idle"], "proposed": parsed.proposed()}))
             continue
         out.append(passed(f"SCOREP_CUDA_ENABLE={var.value} is valid", where))
     if not out:

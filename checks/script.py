@@ -11,15 +11,16 @@ from checks.launcher_cold_runtime import Adapter, cold_runtime, cuda_adapter, cu
 from checks.script_teardown import framework_teardown
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Job, PyScript, ScorepImport, Site
-from doctor.jobfolder.queries import ev, is_ddp, launches_of, script_problems
+from doctor.jobfolder.queries import ev, is_ddp, launches_of, link_unknown, script_problems
 from doctor.model import Evidence, Layer, Outcome, Status, fail, passed, skip, unknown, warn
 from doctor.registry import check
 
 L = Layer.SCRIPT
 
 
-def _no_scripts() -> Outcome:
-    return skip("no Python training script found in the job folder")
+def _no_scripts(job: Job | None = None) -> Outcome:
+    hidden = link_unknown(job, "no Python training script") if job is not None else None
+    return hidden or skip("no Python training script found in the job folder")
 
 
 def _importer(closure: list[PyScript], path: str) -> Site | None:
@@ -76,7 +77,7 @@ def lazy_scorep_import(facts: Facts) -> list[Outcome]:
         return [unknown(str(job), entities={"probe": "job"})]
     entries = job.entry_scripts()
     if not entries:
-        return [_no_scripts()]
+        return [_no_scripts(job)]
     out: list[Outcome] = []
     seen: set[tuple[str, int]] = set()
     adapter = cuda_adapter(job)
@@ -171,7 +172,7 @@ def destroys_process_group(facts: Facts) -> list[Outcome]:
         return [unknown(str(job), entities={"probe": "job"})]
     entries = job.entry_scripts()
     if not entries:
-        return [_no_scripts()]
+        return [_no_scripts(job)]
     out: list[Outcome] = []
     for entry in entries:
         closure = job.import_closure(entry, import_time_only=False)
@@ -273,7 +274,7 @@ def stream_self_wait(facts: Facts) -> list[Outcome]:
     job: Job = facts["job"]
     scripts = [s for s in job.scripts if s.role != "snippet"]
     if not scripts:
-        return [_no_scripts()]
+        return [_no_scripts(job)]
     out: list[Outcome] = list(script_problems(job, scripts, "SCR003"))
     for s in scripts:
         for w in s.self_waits:
@@ -315,7 +316,7 @@ def real_cuda_check(facts: Facts) -> list[Outcome]:
     """
     job: Job = facts["job"]
     if not job.scripts:
-        return [_no_scripts()]
+        return [_no_scripts(job)]
     out: list[Outcome] = list(script_problems(job, list(job.scripts), "SCR004"))
     for s in job.scripts:
         for site in s.cuda_asserts:

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,3 +81,45 @@ def run_isolated(argv: Sequence[str], timeout: float, env: Mapping[str, str] | N
         kill_group(proc)
     return Isolated(tuple(argv), proc.returncode, out or "", err or "",
                     time.monotonic() - start, timed_out)
+
+
+def run_followed(argv: Sequence[str], timeout: float, on_stderr_line: Callable[[str], None],
+                 env: Mapping[str, str] | None = None) -> Isolated:
+    """`run_isolated`, telling `on_stderr_line` each stderr line as it comes (progress)."""
+    import threading
+
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=dict(env) if env is not None else None,
+                                start_new_session=True, text=True, errors="replace")
+    except OSError as exc:
+        return Isolated(tuple(argv), None, "", f"cannot start {argv[0]}: {exc.strerror or exc}",
+                        time.monotonic() - start, False)
+    out: list[str] = []
+    err: list[str] = []
+
+    def pump_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err.append(line)
+            on_stderr_line(line.rstrip("\n"))
+
+    def pump_stdout() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.read())
+
+    pumps = [threading.Thread(target=pump, daemon=True) for pump in (pump_stderr, pump_stdout)]
+    for pump in pumps:
+        pump.start()
+    try:
+        proc.wait(timeout=max(timeout, 0.01))
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        kill_group(proc)
+    for pump in pumps:
+        pump.join(timeout=2.0)
+    proc.wait()
+    return Isolated(tuple(argv), proc.returncode, "".join(out), "".join(err), time.monotonic() - start, timed_out)

@@ -3,7 +3,7 @@
 Check modules (`checks/*.py`) and remedy modules (`remedies/*.py`) register
 themselves with the decorators below when imported (fact providers register
 with `doctor.facts.provider`). Keep those modules light: stdlib and `doctor`
-at the top level only; heavy libraries (otf2, libcst, bashlex, torch, textual)
+at the top level only; heavy libraries (otf2, libcst, tree_sitter, torch, textual)
 are imported inside the functions that need them, so the gate stays fast.
 """
 

@@ -170,4 +170,16 @@ def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) ->
         "counts": counts(run.results),
         "checks": [check_json(r, run.extra.get("applied")) for r in run.results],
         "diagnosis": diagnose(run).to_json(),
+        **_job_json(run),
     }
+
+
+def _job_json(run: Run) -> dict[str, Any]:
+    """`job`: the process tree the job checks read, when they ran (see doctor.jobfolder.processes)."""
+    job = run.facts.peek("job") if run.facts is not None else None
+    if job is None:  # the node-only gate never loads the job-folder modules
+        return {}
+    from doctor.jobfolder.model import Job
+    from doctor.jobfolder.processes import job_json
+
+    return {"job": job_json(job)} if isinstance(job, Job) else {}

@@ -231,12 +231,26 @@ def cuda_real_op_check(ctx: RemedyContext) -> None:
 
 
 def _shell_real_op(ctx: RemedyContext, path: Any) -> None:
-    """In a job script's `python -c "..."`, the op itself is the test: its exception is the exit status."""
+    """In a job script's `python -c "..."` (or `python - <<EOF`), the op itself is the test: its
+    exception is the exit status. Only the code the job model found runs is edited (not comments,
+    not a here-document written to a file)."""
+    import os
+
+    from doctor.remedy.spans import job_of
+
     doc = ctx.read_doc(path)
-    for m in reversed(list(_SHELL_ASSERT.finditer(doc.text))):
-        rest = doc.text[m.end():m.end() + 40]
-        doc.replace(m.start(), m.end(), "" if rest.startswith("torch.zeros(1).cuda()")
-                    else "torch.zeros(1).cuda()" + (m.group(1) or ""))
+    for cmd in job_of(ctx).commands:
+        launch = cmd.launch
+        span = launch.code_span if launch is not None else None
+        if launch is None or span is None or launch.code is None \
+                or os.path.realpath(span.file) != os.path.realpath(str(path)):
+            continue
+        if doc.text[span.start:span.end] != launch.code:  # escapes inside the quotes: offsets differ
+            continue
+        for m in reversed(list(_SHELL_ASSERT.finditer(launch.code))):
+            rest = launch.code[m.end():m.end() + 40]
+            doc.replace(span.start + m.start(), span.start + m.end(), "" if rest.startswith("torch.zeros(1).cuda()")
+                        else "torch.zeros(1).cuda()" + (m.group(1) or ""))
     if doc.changed:
         ctx.write_doc(path, doc, SCRIPT_LINE, "python -c: assert is_available() -> torch.zeros(1).cuda()")
 

@@ -11,15 +11,16 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
+from doctor.jobfolder.model import Command, Job, Launch, Span, Word
 from doctor.model import Phase, Safety, Status
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
-from doctor.remedy.edits import launch_files, shell_files
-from doctor.remedy.launchline import ScorepLaunch, Torchrun, wrapped_torchrun
+from doctor.remedy.edits import quote_if_needed, shell_files
 from doctor.remedy.model import SCRIPT_LINE, CannotPlan
-from doctor.remedy.shell import ShellScript, Word
+from doctor.remedy.spans import SpanEdits, at_targets, chain_root, job_of
 from doctor.remedy.text import TextDoc
 
 TEMPLATE = Path(__file__).with_name("per_rank_launch.sh")
@@ -67,67 +68,112 @@ def warmup_block(python: str, indent: str = "") -> list[str]:
         "Warm up the CUDA runtime outside Score-P before the instrumented launch",
         phase=Phase.LAUNCH, after=["per-rank-launch"], fixes=["LNC002", "GPU003", "GPU004"])
 def cuda_warmup(ctx: RemedyContext) -> None:
-    files = launch_files(ctx)
-    if not files:
+    """Before the statement that starts the instrumented run (the outer launcher's, when a
+    wrapper script runs `python -m scorep` per worker), once per job script."""
+    job = job_of(ctx)
+    launches = at_targets(ctx, job.instrumented)
+    if not launches:
         if "per-rank-launch" in ctx.planned:
             ctx.note = "the per-rank launch script warms CUDA up before its ranks"
             return
         raise CannotPlan("no `python -m scorep` launch found to put a warm-up before",
                          ["Before the instrumented launch, run a real CUDA op until it succeeds; "
                           "see the loop in the field guide (error 3) or `gpu-doctor explain LNC002`."])
-    for path, doc, _script, launches in files:
-        if WARMUP_MARK in doc.text:
+    edits = SpanEdits(ctx)
+    done: set[str] = set()
+    for cmd, launch in launches:
+        root = chain_root(cmd)
+        if root.site.file in done:
+            continue
+        done.add(root.site.file)
+        if WARMUP_MARK in edits.doc(root.site.file).text:
             ctx.note = "the warm-up is already there"
             continue
-        top = min(la.cmd.top_line for la in launches)
-        python = launches[0].python.raw
-        doc.insert_lines_before(top, warmup_block(python, doc.indent_of(top)))
-        ctx.write_doc(path, doc, SCRIPT_LINE, "CUDA warm-up loop before the instrumented launch", top)
+        python = launch.interpreter if not launch.interpreter.startswith("$") else "python"
+        line = root.statement_line or root.site.line
+        doc = edits.doc(root.site.file)
+        edits.insert_lines_before(root.site.file, line, warmup_block(python, doc.indent_of(line)), indent="")
+    edits.write(SCRIPT_LINE, "CUDA warm-up loop before the instrumented launch")
 
 
 @remedy("per-rank-launch", Safety.UNSAFE,
         "Launch one python -m scorep per rank instead of wrapping torchrun",
         phase=Phase.LAUNCH, fixes=["LNC001", "ART001"])
 def per_rank_launch(ctx: RemedyContext) -> None:
-    done = False
-    for path, _doc, _script, launches in launch_files(ctx):
-        for la in launches:
-            run = wrapped_torchrun(la, path.parent)
-            if run is None:
-                continue
-            _check_supported(path, la, run)
-            target = _free_name(ctx, path.parent)
-            ctx.create(target, launch_script(la, run, target.name, f"{path.name}:{la.cmd.line}"),
-                       f"per-rank launch script: one python -m scorep per rank ({target.name})", 0o755)
-            doc = ctx.read_doc(path)
-            _replace_launch(doc, ShellScript(doc), la, run, target, path)
-            ctx.write_doc(path, doc, SCRIPT_LINE, f"torchrun under python -m scorep -> bash ./{target.name}",
-                          la.cmd.line)
-            done = True
-            break  # one launch per script: the offsets of the rest moved
-    if not done:
-        spawners = {str(t.data.get("spawner")) for t in ctx.targets() if t.data.get("spawner")}
-        if spawners - {"torchrun", "torch.distributed.run", "torch.distributed.launch", "wrapper-script"}:
-            raise CannotPlan(f"python -m scorep wraps {', '.join(sorted(spawners))}, which gpu-doctor cannot "
-                             "rewrite into a per-rank launch",
-                             ["Start each rank yourself as its own `python -m scorep --cuda train.py ...` with "
-                              "RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
-                              "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N (field guide, error 8), or use "
-                              "`gpu-doctor launch`."])
-        ctx.note = "no python -m scorep launch wraps torchrun"
+    job = job_of(ctx)
+    wrapped = [(c, lch) for c, lch in at_targets(ctx, job.instrumented)
+               if lch.scorep is not None and lch.spawner is not None]
+    for cmd, launch in wrapped:
+        if launch.spawner is None or launch.spawner.kind not in REWRITABLE:
+            continue
+        run = torchrun_words(job, cmd, launch)
+        path = Path(cmd.site.file)
+        target = _free_name(ctx, path.parent)
+        edits = SpanEdits(ctx)
+        ctx.create(target, launch_script(edits, run, target.name, f"{path.name}:{cmd.site.line}"),
+                   f"per-rank launch script: one python -m scorep per rank ({target.name})", 0o755)
+        _replace_launch(edits, cmd, run, target, path)
+        edits.write(SCRIPT_LINE, f"torchrun under python -m scorep -> bash ./{target.name}")
+        return  # one launch per plan: the others' offsets moved; a second fix run takes the next
+    spawners = {lch.spawner.kind for _c, lch in wrapped if lch.spawner is not None}
+    if spawners - set(REWRITABLE):
+        raise CannotPlan(f"python -m scorep wraps {', '.join(sorted(spawners))}, which gpu-doctor cannot "
+                         "rewrite into a per-rank launch",
+                         ["Start each rank yourself as its own `python -m scorep --cuda train.py ...` with "
+                          "RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
+                          "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N (field guide, error 8), or use "
+                          "`gpu-doctor launch`."])
+    ctx.note = "no python -m scorep launch wraps torchrun"
 
 
-def _check_supported(path: Path, la: ScorepLaunch, run: Torchrun) -> None:
-    where = f"{path.name}:{la.cmd.line}"
-    nnodes = run.option("--nnodes") or "1"
+REWRITABLE = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "wrapper-script")
+
+
+@dataclass(frozen=True)
+class TorchrunWords:
+    """What the per-rank script needs of `python -m scorep <torchrun> [opts] script args`."""
+
+    python: str
+    scorep_flags: tuple[str, ...]
+    options: dict[str, str]
+    script: tuple[Word, ...]  # the training script and its arguments
+
+
+def torchrun_words(job: Job, cmd: Command, launch: Launch) -> TorchrunWords:
+    sp = launch.spawner
+    assert sp is not None and launch.scorep is not None
+    where = f"{job.rel(cmd.site.file)}:{cmd.site.line}"
+    options: dict[str, str] = {}
+    args = list(sp.argv)
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        name, eq, value = args[i].partition("=")
+        key = "--" + name.lstrip("-").replace("-", "_") if name.startswith("--") else name
+        if key in ("--standalone", "--no_python", "--use_env", "--run_path"):
+            options[key] = ""
+            i += 1
+        elif key in ("-m", "--module"):
+            options[key] = ""
+            break
+        elif eq:
+            options[key] = value
+            i += 1
+        else:
+            options[key] = args[i + 1] if i + 1 < len(args) else ""
+            i += 2
+    nnodes = options.get("--nnodes") or "1"
     if nnodes not in ("1", "1:1"):
         raise CannotPlan(f"{where}: torchrun runs on {nnodes} nodes; a per-rank script is for one node",
                          ["Inside a Slurm allocation, start one task per rank with srun, each task "
                           "its own python -m scorep with SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_"
                           "$SLURM_PROCID (or use gpu-doctor launch)."])
-    if run.script is None or "-m" in run.flags or "--module" in run.flags or "--no_python" in run.flags:
+    if i >= len(args) or "-m" in options or "--module" in options or "--no_python" in options \
+            or launch.training_script is None:
         raise CannotPlan(f"{where}: torchrun does not start a Python script file here",
                          ["Write the per-rank loop by hand: see the field guide (error 8)."])
+    n_script = len(args) - i
+    script = tuple(cmd.argv_words[len(cmd.argv_words) - n_script:])
+    return TorchrunWords(launch.interpreter, launch.scorep.flags, options, script)
 
 
 def _free_name(ctx: RemedyContext, folder: Path) -> Path:
@@ -138,64 +184,73 @@ def _free_name(ctx: RemedyContext, folder: Path) -> Path:
     raise CannotPlan(f"no free name for the per-rank launch script in {folder}")
 
 
-def launch_script(la: ScorepLaunch, run: Torchrun, name: str, source: str) -> str:
-    nproc = run.option("--nproc_per_node") or "1"
-    flags = "".join(" " + o.raw for o in la.options)
+def _as_written(edits: SpanEdits, word: Word) -> str:
+    """A word for the generated script: its value where known, else as the job script writes it."""
+    if word.known and not word.varies:
+        return quote_if_needed(word.text)
+    return edits.doc(word.span.file).text[word.span.start:word.span.end]
+
+
+def launch_script(edits: SpanEdits, run: TorchrunWords, name: str, source: str) -> str:
+    nproc = run.options.get("--nproc_per_node") or "1"
+    flags = "".join(" " + quote_if_needed(f) for f in run.scorep_flags)
     text = TEMPLATE.read_text(encoding="utf-8")
-    for key, value in (("@WARMUP@", "\n".join(warmup_block(la.python.raw, "    "))),
-                       ("@SCRIPT@", _args_text(run)), ("@SCOREP_FLAGS@", flags),
-                       ("@PYTHON@", la.python.raw), ("@NPROC@", nproc if nproc.isdigit() else "gpu"),
+    for key, value in (("@WARMUP@", "\n".join(warmup_block(run.python, "    "))),
+                       ("@SCRIPT@", _args_text(edits, run)), ("@SCOREP_FLAGS@", flags),
+                       ("@PYTHON@", run.python), ("@NPROC@", nproc if nproc.isdigit() else "gpu"),
                        ("@NAME@", name), ("@SOURCE@", source)):
         text = text.replace(key, value)
     return text
 
 
-def _args_text(run: Torchrun) -> str:
+def _args_text(edits: SpanEdits, run: TorchrunWords) -> str:
     """The training script and its arguments as written, one option per line when long."""
-    assert run.script is not None
-    words = [run.script, *run.script_args]
-    flat = " ".join(w.raw for w in words)
+    words = [_as_written(edits, w) for w in _dedupe(run.script)]
+    flat = " ".join(words)
     if len(flat) <= 70:
         return flat
-    groups: list[list[Word]] = []
+    groups: list[list[str]] = []
     for w in words:
-        if not groups or w.text.startswith("-"):
+        if not groups or w.startswith("-"):
             groups.append([w])
         else:
             groups[-1].append(w)
-    return " \\\n                ".join(" ".join(w.raw for w in g) for g in groups)
+    return " \\\n                ".join(" ".join(g) for g in groups)
 
 
-def _replace_launch(doc: TextDoc, script: ShellScript, la: ScorepLaunch, run: Torchrun,
-                    target: Path, path: Path) -> None:
+def _dedupe(words: tuple[Word, ...]) -> list[Word]:
+    """One entry per shell word where an unknown word expanded to several (`"${ARGS[@]}"`)."""
+    out: list[Word] = []
+    for w in words:
+        if out and not w.known and out[-1].span == w.span:
+            continue
+        out.append(w)
+    return out
+
+
+def _replace_launch(edits: SpanEdits, cmd: Command, run: TorchrunWords, target: Path, path: Path) -> None:
     """Replace the launch command (up to its last word; redirections stay) with the script's call."""
-    cmd = next(c for c in script.commands if c.start == la.cmd.start)
-    used = set()
-    for w in [la.python, *la.options, *(run.script,), *run.script_args]:
-        if w is not None:
-            used.update(_VAR_RE.findall(w.raw))
-    local = _unexported(script) | {v for c in script.commands for v in c.loops}
-    prefix = [a.word.raw for a in script.prefix_assignments(cmd) if a.name not in RANK_VARS]
-    prefix += [f'{v}="${v}"' for v in sorted(used & local - RANK_VARS)]
+    used: set[str] = set()
+    for w in run.script:
+        if not (w.known and not w.varies):
+            used.update(_VAR_RE.findall(_as_written(edits, w)))
+    # known words are written as their values; a loop variable is the one unexported name left
+    local = {cmd.loop.var} & used if cmd.loop is not None and cmd.loop.var else set()
+    prefix = [f"{v.name}={quote_if_needed(v.value)}" for v in cmd.inline
+              if v.name not in RANK_VARS and v.value is not None]
+    prefix += [f'{v}="${v}"' for v in sorted(local - RANK_VARS)]
     for opt, var in (("--master_port", "MASTER_PORT"), ("--master_addr", "MASTER_ADDR")):
-        if run.option(opt):
-            prefix.append(f"{var}={run.option(opt)}")
+        if run.options.get(opt):
+            prefix.append(f"{var}={run.options[opt]}")
     rel = target.name if target.parent == path.parent else str(target)
     call = " ".join(prefix + ["bash", f"./{rel}" if "/" not in rel else rel])
-    nproc = run.option("--nproc_per_node")
+    nproc = run.options.get("--nproc_per_node")
     if nproc and not nproc.isdigit():
         call += f" --nproc {nproc}"
-    doc.replace(cmd.start, cmd.words[-1].end, call)
-
-
-def _unexported(script: ShellScript) -> set[str]:
-    """Variables the script sets without exporting them (the per-rank script would not see them)."""
-    assigned = {a.name for a in script.assignments() if a.how == "bare"}
-    exported = {a.name for a in script.assignments() if a.how == "export"}
-    for cmd in script.commands:
-        if cmd.words and cmd.words[0].text == "export":
-            exported.update(w.text for w in cmd.words[1:] if "=" not in w.text)
-    return assigned - exported
+    assert cmd.span is not None
+    last = cmd.argv_words[-1].span
+    edits.replace(Span(cmd.span.file, cmd.span.start, last.end, cmd.span.line, cmd.span.col, last.end_line,
+                       last.end_col), call)
 
 
 @remedy("exclude-node", Safety.SAFE,

@@ -1,29 +1,104 @@
-"""Remedies for the Score-P settings of a job (SCP001-SCP008): flags and environment.
+"""Remedies for the Score-P settings of a job (SCP002-SCP007): flags and environment.
 
-Each edits the job script in place, on the exact span of the word or value it
-fixes (field guide errors 6, 9 and 10). All are `safe`: they change how Score-P
-measures, not what the job computes.
+Each reads the job through the checks' own model (`doctor.remedy.spans.job_of`) and
+edits the exact span of the word or value the check read (field guide errors 6, 9 and
+10): where a value came through a variable, the assignment is edited; where it is set
+more than once, the setting that wins for the launch. The values they write come from
+`doctor.jobfolder.scorep_values`, as the checks' messages do. All are `safe`: they
+change how Score-P measures, not what the job computes.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
+from doctor.jobfolder.model import Command, EnvVar, Job, Span
+from doctor.jobfolder.queries import settings
+from doctor.jobfolder.scorep_values import (
+    PROPOSED_TOTAL_MEMORY,
+    TOTAL_MEMORY_LIMIT,
+    SizeError,
+    format_size,
+    parse_cuda_enable,
+    parse_size,
+    proposed_cuda_buffer,
+)
 from doctor.model import Phase, Safety
 from doctor.registry import manual_remedy, remedy
 from doctor.remedy.draft import RemedyContext
-from doctor.remedy.edits import at_lines, delete_word, insert_export, launch_files, parse_size, shell_files
-from doctor.remedy.launchline import ScorepLaunch
 from doctor.remedy.model import ENV, SCRIPT_LINE, CannotPlan
-from doctor.remedy.shell import Assignment, ShellScript
+from doctor.remedy.spans import (
+    SpanEdits,
+    at_targets,
+    chain_root,
+    job_of,
+    scorep_words,
+    value_span,
+    where,
+    word_span,
+)
 
-TOTAL_MEMORY = "3500M"
-CLAMP = 4 * 1024 ** 3  # Score-P clamps SCOREP_TOTAL_MEMORY at 4 GiB and above
-CUDA_FEATURES = ("runtime", "driver", "kernel", "kernel_serial", "kernel_counter", "kernel_callsite",
-                 "memcpy", "sync", "idle", "pure_idle", "gpumemusage", "references",
-                 "dontflushatexit", "flushatexit", "default", "yes", "1")
-_ALIASES = {"kernels": "kernel", "memcopy": "memcpy", "memcpys": "memcpy", "synchronization": "sync",
-            "synchronize": "sync", "true": "yes", "on": "yes", "memory": "gpumemusage"}
+TOTAL_MEMORY = PROPOSED_TOTAL_MEMORY
+
+
+def _size(value: str | None) -> int | None:
+    try:
+        return parse_size(value) if value is not None else None
+    except SizeError:
+        return None
+
+
+def _set_values(ctx: RemedyContext, name: str, proposed: Callable[[EnvVar], str | None]) -> None:
+    """Replace the value of every setting of `name` the check reads where `proposed` gives a new one."""
+    job = job_of(ctx)
+    edits = SpanEdits(ctx)
+    changed: list[str] = []
+    manual: list[str] = []
+    for var, _cmds in settings(job, name):
+        new = proposed(var)
+        if new is None or new == var.value:
+            continue
+        span = value_span(var)
+        if var.site is None:
+            manual.append(f"{name}={var.raw} comes from the environment gpu-doctor runs in; set {name}={new} "
+                          "in the job script")
+            continue
+        if span is None:
+            if _fix_on_line(edits, job, var, new):
+                changed.append(f"{name}={var.raw} -> {new}")
+                continue
+            manual.append(f"{job.rel(var.site.file)}:{var.site.line}: {name}={var.raw} is only known when the "
+                          f"job runs; set it to {new} there")
+            continue
+        edits.replace(span, new)
+        changed.append(f"{name}={var.value} -> {new}")
+    if changed:
+        edits.write(ENV, "; ".join(dict.fromkeys(changed)))
+    if manual:
+        if not changed:
+            raise CannotPlan(manual[0], manual)
+        ctx.note = "; ".join(manual)
+    elif not changed:
+        ctx.note = f"no {name} setting to change was found"
+
+
+def _fix_on_line(edits: SpanEdits, job: Job, var: EnvVar, new: str) -> bool:
+    """`#SBATCH --export=...,NAME=value`: not a shell word, but a plain NAME=value on its line."""
+    assert var.site is not None
+    if var.value is None:
+        return False
+    doc = edits.doc(var.site.file)
+    if var.site.line > doc.line_count:
+        return False
+    m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(var.name)}=({re.escape(var.value)})(?=[\s,;\"']|$)",
+                  doc.line_text(var.site.line))
+    if m is None:
+        return False
+    start = doc.line_start(var.site.line)
+    doc.replace(start + m.start(1), start + m.end(1), new)
+    edits.lines.setdefault(var.site.file, var.site.line)
+    return True
 
 
 @remedy("scorep-total-memory", Safety.SAFE,
@@ -31,127 +106,95 @@ _ALIASES = {"kernels": "kernel", "memcopy": "memcpy", "memcpys": "memcpy", "sync
         phase=Phase.FLAGS, fixes=["SCP003"])
 def total_memory(ctx: RemedyContext) -> None:
     """Replace each SCOREP_TOTAL_MEMORY value that is 4 GiB or more, or unparseable, with 3500M."""
-    seen = 0
-    for path in shell_files(ctx):
-        doc = ctx.read_doc(path)
-        for a in ShellScript(doc).assignments("SCOREP_TOTAL_MEMORY"):
-            seen += 1
-            size = parse_size(a.value)
-            if "$" in a.value:
-                ctx.note = f"SCOREP_TOTAL_MEMORY={a.value} is only known when the job runs; set it to " \
-                           f"{TOTAL_MEMORY} by hand"
-                continue
-            if size is not None and size < CLAMP:
-                continue
-            doc.replace(a.value_start, a.value_end, TOTAL_MEMORY)
-            ctx.write_doc(path, doc, ENV, f"SCOREP_TOTAL_MEMORY={a.value} -> {TOTAL_MEMORY}", a.word_line)
-            doc = ctx.read_doc(path)
-    if not seen:
-        _fix_on_finding_lines(ctx, "SCOREP_TOTAL_MEMORY", TOTAL_MEMORY,
-                              lambda v: (s := parse_size(v)) is None or s >= CLAMP)
+    def proposed(var: EnvVar) -> str | None:
+        if var.value is None:
+            return None  # SCP003 says unknown: nothing to propose
+        size = _size(var.value)
+        return TOTAL_MEMORY if size is None or size > TOTAL_MEMORY_LIMIT else None
+
+    _set_values(ctx, "SCOREP_TOTAL_MEMORY", proposed)
 
 
-def _fix_on_finding_lines(ctx: RemedyContext, name: str, value: str, bad: object) -> None:
-    """Where no shell assignment holds it (`#SBATCH --export=...`), fix NAME=... on the finding's line."""
-    pattern = re.compile(rf"(?<![A-Za-z0-9_]){name}=([^\s,;\"']+)")
+def _buffer_wanted(ctx: RemedyContext) -> int:
+    """The size the findings propose (SCP004, ART004 carry it), else the proposal for 1M."""
+    best = 0
     for t in ctx.targets():
-        if t.file is None or t.line is None or t.file.suffix == ".py":
-            continue
-        doc = ctx.read_doc(t.file)
-        if t.line > doc.line_count:
-            continue
-        start = doc.line_start(t.line)
-        m = pattern.search(doc.line_text(t.line))
-        if m and callable(bad) and bad(m.group(1)):
-            doc.replace(start + m.start(1), start + m.end(1), value)
-            ctx.write_doc(t.file, doc, ENV, f"{name}={m.group(1)} -> {value}", t.line)
-            return
-    ctx.note = f"no {name} setting to change was found"
-
-
-def cuda_buffer_for(proposal: int | None) -> str:
-    """The smallest power-of-two MiB at or above CUPTI's proposed minimum (8889000 -> 16M).
-
-    Without a proposal: 64M, the field guide's value for 8 ranks.
-    """
-    if not proposal:
-        return "64M"
-    mib = 2
-    while mib * 1024 ** 2 < proposal:
-        mib *= 2
-    return f"{mib}M"
-
-
-def _proposal(ctx: RemedyContext) -> int | None:
-    best = None
-    for t in ctx.targets():
-        values = [t.data.get(k) for k in ("proposed_buffer", "proposed", "proposal", "proposed_minimum",
-                                            "minimum", "needed")]
-        values += [(t.data.get("values") or {}).get("proposed_buffer")] if isinstance(
-            t.data.get("values"), dict) else []
-        m = re.search(r"SCOREP_CUDA_BUFFER=(\d+\w*)", t.text)
-        values.append(m.group(1) if m else None)
-        for v in values:
-            size = v if isinstance(v, int) else parse_size(str(v)) if v is not None else None
-            if size and (best is None or size > best):
-                best = size
-    return best
+        for key in ("proposed_bytes", "proposed_buffer", "minimum"):
+            value = t.data.get(key)
+            if isinstance(value, int) and value:
+                best = max(best, value if key == "proposed_bytes" else proposed_cuda_buffer(value))
+    return best or proposed_cuda_buffer(None)
 
 
 @remedy("scorep-cuda-buffer", Safety.SAFE,
         "Set SCOREP_CUDA_BUFFER above CUPTI's proposed minimum", phase=Phase.FLAGS, fixes=["SCP004"])
 def cuda_buffer(ctx: RemedyContext) -> None:
-    """Raise SCOREP_CUDA_BUFFER where it is set, else export it before the instrumented launch.
+    """Raise SCOREP_CUDA_BUFFER where the launch's setting is, else export it before the launch.
 
-    The size: the check's own proposal where the finding carries one (SCP004 proposes a
-    power of two at least 4x CUPTI's minimum: 64M for the field guide's 8889000, the
-    guide's own choice), else the smallest power-of-two MiB at or above CUPTI's proposed
-    minimum (8889000 -> 16M), else 64M.
+    The size is `scorep_values.proposed_cuda_buffer` of CUPTI's proposed minimum (64M for the
+    field guide's 8889000), as SCP004 and ART004 say.
     """
-    value = cuda_buffer_for(_proposal(ctx))
-    want = parse_size(value) or 0
-    changed = False
-    for path in shell_files(ctx):
-        doc = ctx.read_doc(path)
-        for a in ShellScript(doc).assignments("SCOREP_CUDA_BUFFER"):
-            if "$" in a.value or (parse_size(a.value) or 0) >= want:
-                changed = True  # already big enough: nothing to raise here
-                ctx.note = f"SCOREP_CUDA_BUFFER={a.value} is already at least {value}"
-                continue
-            doc.replace(a.value_start, a.value_end, value)
-            ctx.write_doc(path, doc, ENV, f"SCOREP_CUDA_BUFFER={a.value} -> {value}", a.word_line)
-            doc = ctx.read_doc(path)
-            changed = True
-    if changed:
+    want = _buffer_wanted(ctx)
+    value = format_size(want)
+    job = job_of(ctx)
+    found = settings(job, "SCOREP_CUDA_BUFFER")
+    if found:
+        _set_values(ctx, "SCOREP_CUDA_BUFFER", lambda v: value if (_size(v.value) or 0) < want else None)
         return
-    files = launch_files(ctx)
-    if not files:
+    launches = [(c, lch) for c, lch in job.instrumented]
+    if not launches:
         raise CannotPlan("no `python -m scorep` launch found to set SCOREP_CUDA_BUFFER for",
                          [f"Add `export SCOREP_CUDA_BUFFER={value}` to the job script before the "
                           "instrumented launch."])
-    path, doc, script, launches = files[0]
-    line = insert_export(doc, script, launches[0], "SCOREP_CUDA_BUFFER", value)
-    ctx.write_doc(path, doc, ENV, f"export SCOREP_CUDA_BUFFER={value}", line)
+    cmd = at_targets(ctx, launches)[0][0]
+    edits = SpanEdits(ctx)
+    line = f"export SCOREP_CUDA_BUFFER={value}"
+    anchor = _last_scorep_setting(cmd)
+    if anchor is not None:  # next to the job's other Score-P settings, where they reach the launch
+        doc = edits.doc(anchor.file)
+        end = doc.line_of(max(anchor.start, anchor.end - 1))
+        edits.insert_lines_before(anchor.file, end + 1, [line], indent=doc.indent_of(anchor.line))
+    else:
+        root = chain_root(cmd)
+        edits.insert_lines_before(root.site.file, root.statement_line or root.site.line, [line])
+    edits.write(ENV, line)
+
+
+def _last_scorep_setting(cmd: Command) -> Span | None:
+    """The last `export SCOREP_*=...` statement (its span) that the launch's environment has from a script."""
+    best: EnvVar | None = None
+    for var in cmd.env.values():
+        if not var.name.startswith("SCOREP_") or var.site is None or var.span is None or var in cmd.inline:
+            continue
+        if var.site.file == cmd.site.file and var.site.line >= cmd.site.line:
+            continue
+        if best is None or best.site is None or (var.site.file, var.site.line) > (best.site.file, best.site.line):
+            best = var
+    return best.span if best is not None else None
 
 
 @remedy("scorep-add-cuda", Safety.SAFE,
         "Add --cuda to python -m scorep so the CUDA adapter is loaded",
         phase=Phase.FLAGS, fixes=["SCP002", "ART002"])
 def add_cuda(ctx: RemedyContext) -> None:
-    """Insert `--cuda` right after `-m scorep` (or turn `--nocuda` into `--cuda`)."""
-    lines = {t.line for t in ctx.targets() if t.line}
-    for path, doc, _script, launches in launch_files(ctx):
-        todo = [la for la in at_lines(launches, lines) if not la.has_option("--cuda")]
-        for la in todo:
-            nocuda = next((o for o in la.options if o.text == "--nocuda"), None)
-            if nocuda is not None:
-                doc.replace(nocuda.start, nocuda.end, "--cuda")
-            else:
-                doc.insert(la.scorep.end, " --cuda")
-        if todo:
-            ctx.write_doc(path, doc, SCRIPT_LINE, "python -m scorep ... -> python -m scorep --cuda ...",
-                          todo[0].cmd.line)
-    if not ctx.changes:
+    """Insert `--cuda` right after `-m scorep` (or turn `--nocuda` into `--cuda`), where it is written."""
+    job = job_of(ctx)
+    edits = SpanEdits(ctx)
+    done = 0
+    for cmd, launch in at_targets(ctx, job.instrumented):
+        sw = scorep_words(cmd)
+        if sw is None or (launch.scorep is not None and launch.scorep.cuda):
+            continue
+        nocuda = next((i for i in sw.options if cmd.argv[i] == "--nocuda"), None)
+        if nocuda is not None:
+            edits.replace(word_span(job, cmd, cmd.argv_words[nocuda], "--nocuda"), "--cuda")
+        else:
+            span = word_span(job, cmd, cmd.argv_words[sw.scorep], "`-m scorep`")
+            edits.insert(span.file, span.end, span.line, " --cuda")
+        done += 1
+    if done:
+        edits.write(SCRIPT_LINE, "python -m scorep ... -> python -m scorep --cuda ...")
+    else:
         ctx.note = "every python -m scorep launch already has --cuda"
 
 
@@ -159,88 +202,112 @@ def add_cuda(ctx: RemedyContext) -> None:
         "Remove the `--` after python -m scorep (scorep-config rejects it)",
         phase=Phase.FLAGS, fixes=["SCP005"])
 def drop_dashdash(ctx: RemedyContext) -> None:
-    for path, doc, _script, launches in launch_files(ctx):
-        words = [w for la in launches for w in la.dashdash]
-        for w in words:
-            delete_word(doc, w)
-        if words:
-            ctx.write_doc(path, doc, SCRIPT_LINE, "remove `--` from python -m scorep",
-                          doc.line_of(words[0].start))
+    job = job_of(ctx)
+    edits = SpanEdits(ctx)
+    done = 0
+    for cmd, _launch in at_targets(ctx, job.instrumented):
+        sw = scorep_words(cmd)
+        for i in sw.dashdash if sw is not None else ():
+            edits.delete_word(word_span(job, cmd, cmd.argv_words[i], "the `--`"))
+            done += 1
+    if done:
+        edits.write(SCRIPT_LINE, "remove `--` from python -m scorep")
+    else:
+        ctx.note = "no `--` after python -m scorep"
 
 
 @remedy("scorep-per-rank-dirs", Safety.SAFE,
         "Give every rank its own SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N",
         phase=Phase.LAUNCH, after=["per-rank-launch"], fixes=["SCP006"])
 def per_rank_dirs(ctx: RemedyContext) -> None:
-    """Prefix each rank's launch with its own folder, named from the loop variable or RANK."""
-    from doctor.remedy.launchline import wrapped_torchrun
+    """Name each rank's folder from what differs per rank (its loop variable, RANK, SLURM_PROCID),
+    in the setting that wins for the launch: the `env`/prefix assignment on the command, or the
+    wrapper script's own export; else a prefix on the command itself."""
+    from doctor.jobfolder.queries import multi_rank
 
-    for path, doc, script, launches in launch_files(ctx):
-        for la in launches:
-            if wrapped_torchrun(la, path.parent) is not None:
-                if "per-rank-launch" in ctx.planned:
-                    continue
-                raise CannotPlan("torchrun spawns the ranks, so one wrapper measures them all",
-                                 ["Apply per-rank-launch: gpu-doctor fix --only per-rank-launch --apply "
-                                  "--unsafe"])
-            prefix = script.prefix_assignments(la.cmd)
-            rank = _rank_expression(la, prefix)
-            if rank is None:
-                raise CannotPlan(f"{path.name}:{la.cmd.line}: cannot tell which rank this launch runs",
-                                 ["Start each rank with its own folder: SCOREP_EXPERIMENT_DIRECTORY="
-                                  "scorep_rank_$RANK python -m scorep ... (or use gpu-doctor launch)."])
-            value = f"scorep_rank_{rank}"
-            current = next((a for a in prefix if a.name == "SCOREP_EXPERIMENT_DIRECTORY"), None)
-            if current is not None:
-                if current.value == value or rank in current.value:
-                    continue
-                doc.replace(current.value_start, current.value_end, value)
-            else:
-                doc.insert(la.cmd.start, f"SCOREP_EXPERIMENT_DIRECTORY={value} ")
-            ctx.write_doc(path, doc, ENV, f"SCOREP_EXPERIMENT_DIRECTORY={value} for each rank", la.cmd.line)
-            doc = ctx.read_doc(path)
-    if not ctx.changes and not ctx.note:
+    job = job_of(ctx)
+    edits = SpanEdits(ctx)
+    done = 0
+    for cmd, launch in at_targets(ctx, job.instrumented):
+        several, _why = multi_rank(job, cmd, launch)
+        var = cmd.var("SCOREP_EXPERIMENT_DIRECTORY")
+        if var is not None and var.varies:
+            continue
+        spawner = (cmd.launch.spawner if cmd.launch is not None else None)
+        if spawner is not None and spawner.kind != "wrapper-script" and not spawner.no_python:
+            if "per-rank-launch" in ctx.planned:
+                continue
+            raise CannotPlan("torchrun spawns the ranks, so one wrapper measures them all",
+                             ["Apply per-rank-launch: gpu-doctor fix --only per-rank-launch --apply --unsafe"])
+        if not several and not cmd.background:
+            continue
+        rank = _rank_expression(cmd)
+        if rank is None:
+            raise CannotPlan(f"{where(job, None, cmd)}: cannot tell which rank this launch runs",
+                             ["Start each rank with its own folder: SCOREP_EXPERIMENT_DIRECTORY="
+                              "scorep_rank_$RANK python -m scorep ... (or use gpu-doctor launch)."])
+        value = f"scorep_rank_{rank}"
+        span = value_span(var) if var is not None else None
+        if var is not None and span is not None and _per_rank_scope(cmd, var):
+            edits.replace(span, value)
+        elif var is None or _on_command(cmd, var) is False:
+            head = cmd.span
+            assert head is not None
+            edits.insert(head.file, head.start, head.line, f"SCOREP_EXPERIMENT_DIRECTORY={value} ")
+        else:
+            at = f"{job.rel(var.site.file)}:{var.site.line}" if var.site else where(job, None, cmd)
+            raise CannotPlan(f"{at}: SCOREP_EXPERIMENT_DIRECTORY={var.raw} is not a value "
+                             "gpu-doctor can edit", [f"Set SCOREP_EXPERIMENT_DIRECTORY={value} there by hand."])
+        done += 1
+    if done:
+        edits.write(ENV, "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N for each rank")
+    elif not ctx.note:
         ctx.note = "every launch already has its own folder, or per-rank-launch writes them"
 
 
-def _rank_expression(la: ScorepLaunch, prefix: list[Assignment]) -> str | None:
-    """How the launch's own rank is spelled: its loop variable, else the value it gives RANK."""
-    if la.cmd.loops:
-        return "${" + la.cmd.loops[-1] + "}"
-    for a in prefix:
-        if a.name == "RANK" and a.value:
-            return a.word.raw.split("=", 1)[1]
+def _rank_expression(cmd: Command) -> str | None:
+    """How the launch's own rank is spelled: its loop variable, RANK in a worker, SLURM_PROCID in a task."""
+    if cmd.loop is not None and cmd.loop.var:
+        return "${" + cmd.loop.var + "}"
+    rank = cmd.env.get("RANK")
+    if rank is not None and rank.site is not None and rank in cmd.inline and rank.raw:
+        return rank.raw
+    if cmd.parent is not None:
+        return "${RANK}"
+    if cmd.per_task and not any(w.name in ("srun", "mpirun", "mpiexec") for w in cmd.wrappers):
+        return "${SLURM_PROCID}"
     return None
+
+
+def _on_command(cmd: Command, var: EnvVar) -> bool:
+    """Whether `var` is set on the command itself (a prefix or `env X=`)."""
+    return var in cmd.inline
+
+
+def _per_rank_scope(cmd: Command, var: EnvVar) -> bool:
+    """Whether a value written where `var` is set is read once per rank (so `${RANK}` differs)."""
+    if var.site is None:
+        return False
+    if _on_command(cmd, var):
+        return True
+    if var.site.file != cmd.site.file:
+        return False
+    if cmd.parent is not None:  # the wrapper script: every line runs in each worker
+        return True
+    return cmd.loop is not None and cmd.loop.site.line <= var.site.line <= cmd.site.line
 
 
 @remedy("scorep-cuda-enable-fix", Safety.SAFE,
         "Keep only the SCOREP_CUDA_ENABLE entries Score-P accepts", phase=Phase.FLAGS, fixes=["SCP007"])
 def cuda_enable_fix(ctx: RemedyContext) -> None:
-    for path in shell_files(ctx):
-        doc = ctx.read_doc(path)
-        for a in ShellScript(doc).assignments("SCOREP_CUDA_ENABLE"):
-            fixed = corrected_cuda_enable(a.value)
-            if fixed != a.value and "$" not in a.value:
-                doc.replace(a.value_start, a.value_end, fixed)
-                ctx.write_doc(path, doc, ENV, f"SCOREP_CUDA_ENABLE={a.value} -> {fixed}", a.word_line)
-                doc = ctx.read_doc(path)
+    """Write `scorep_values.CudaEnable.proposed()`, the list SCP007 names, where the value is set."""
+    def proposed(var: EnvVar) -> str | None:
+        if var.value is None:
+            return None
+        parsed = parse_cuda_enable(var.value)
+        return parsed.proposed() if parsed.invalid or parsed.conflicting else None
 
-
-def corrected_cuda_enable(value: str) -> str:
-    """Map each unknown entry to its nearest accepted one (`kernels` -> `kernel`), dropping the rest."""
-    import difflib
-
-    seps = re.findall(r"[\s,:;]+", value)
-    sep = seps[0] if seps else ","
-    out: list[str] = []
-    for entry in (e for e in re.split(r"[\s,:;]+", value) if e):
-        neg, name = ("~", entry[1:]) if entry.startswith("~") else ("", entry)
-        key = name.lower()
-        if key not in CUDA_FEATURES:
-            key = _ALIASES.get(key) or next(iter(difflib.get_close_matches(key, CUDA_FEATURES, 1, 0.75)), "")
-        if key and neg + key not in out:
-            out.append(neg + key)
-    return sep.join(out) or "default"
+    _set_values(ctx, "SCOREP_CUDA_ENABLE", proposed)
 
 
 manual_remedy(

@@ -8,17 +8,19 @@ script, a JSON or YAML config file, or `TrainingArguments(...)` in Python.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
+from doctor.jobfolder.model import Span
 from doctor.model import Phase, Safety
 from doctor.registry import remedy
 from doctor.remedy import pyedit
 from doctor.remedy.draft import RemedyContext
 from doctor.remedy.edits import shell_files
 from doctor.remedy.model import EDIT, SCRIPT_LINE
-from doctor.remedy.shell import ShellScript
+from doctor.remedy.spans import SpanEdits, job_of
 
 FLAG = "load_best_model_at_end"
 TRUE = ("true", "yes", "1", "y", "t", "on")
@@ -54,29 +56,38 @@ def _regex_off(ctx: RemedyContext, path: Path, pattern: re.Pattern[str], value: 
 
 
 def _flag_off(ctx: RemedyContext, path: Path) -> None:
-    """`--load_best_model_at_end` (bare, `True`, or `=True`) -> `--load_best_model_at_end False`."""
-    doc = ctx.read_doc(path)
-    first = None
-    for cmd in ShellScript(doc).commands:
-        words = cmd.words
+    """`--load_best_model_at_end` (bare, `True`, or `=True`) -> `--load_best_model_at_end False`,
+    on the words the job model read (where a flag came through a variable, in its assignment)."""
+    job = job_of(ctx)
+    edits = SpanEdits(ctx)
+    found = False
+    for cmd in job.commands:
+        if os.path.realpath(cmd.site.file) != os.path.realpath(str(path)):
+            continue
+        words = cmd.argv_words
         for i, w in enumerate(words):
             name, eq, value = w.text.partition("=")
             if not name.startswith("--") or name[2:].replace("-", "_") != FLAG:
                 continue
+            span = w.source
+            if span is None:
+                continue
             if eq:
                 if value.lower() not in FALSE:
-                    start = w.start + w.raw.index("=") + 1
-                    doc.replace(start, w.end, "False")
-                    first = first or cmd.line
+                    vstart = span.start + len(name) + 1
+                    edits.replace(Span(span.file, vstart, span.end, span.line, span.col, span.end_line,
+                                       span.end_col), "False")
+                    found = True
             elif i + 1 < len(words) and words[i + 1].text.lower() in TRUE + FALSE:
-                if words[i + 1].text.lower() in TRUE:
-                    doc.replace(words[i + 1].start, words[i + 1].end, "False")
-                    first = first or cmd.line
+                nxt = words[i + 1].source
+                if words[i + 1].text.lower() in TRUE and nxt is not None:
+                    edits.replace(nxt, "False")
+                    found = True
             else:
-                doc.insert(w.end, " False")
-                first = first or cmd.line
-    if first is not None:
-        ctx.write_doc(path, doc, SCRIPT_LINE, f"--{FLAG} False", first)
+                edits.insert(span.file, span.end, span.line, " False")
+                found = True
+    if found:
+        edits.write(SCRIPT_LINE, f"--{FLAG} False")
 
 
 def _python_off(ctx: RemedyContext, path: Path) -> None:

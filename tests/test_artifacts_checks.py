@@ -34,7 +34,7 @@ def test_dropped_records_give_the_buffer_size_to_set(tmp_path: Path) -> None:
     [finding] = res.findings
     assert finding.data["proposed_buffer"] == 8889000
     assert finding.data["current_buffer"] == 1048576 and finding.data["dropped"] == 85222
-    assert finding.data["SCOREP_CUDA_BUFFER"] == "32M"
+    assert finding.data["SCOREP_CUDA_BUFFER"] == "64M"
     assert finding.remedies  # SCP004's remedy, or the fallback
     ev = finding.evidence[0]
     assert ev.file == str(tmp_path / "slurm-77.out") and ev.line == 2 and ev.label == "rank 7"
@@ -74,7 +74,7 @@ def test_an_unreadable_log_is_unknown_not_pass(tmp_path: Path) -> None:
     assert res.status == Status.UNKNOWN and "missing.log" in str(res.evidence[0])
 
 
-@pytest.mark.parametrize("proposed,expected", [(8889000, "32M"), (1, "1M"), (600 << 20, "2G")])
+@pytest.mark.parametrize("proposed,expected", [(8889000, "64M"), (1, "8M"), (600 << 20, "4G")])
 def test_suggested_buffer_has_headroom(proposed: int, expected: str) -> None:
     assert suggest_buffer(proposed) == expected
 

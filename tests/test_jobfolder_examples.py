@@ -123,7 +123,7 @@ def test_broken_training_script_stops_on_the_strategy_conflict() -> None:
 
 def test_loading_the_catalogue_imports_no_parser_library() -> None:
     code = ("import sys, doctor.registry as r; r.load(); "
-            "bad = [m for m in ('bashlex', 'yaml', 'libcst', 'torch', 'textual') if m in sys.modules]; "
+            "bad = [m for m in ('tree_sitter', 'yaml', 'libcst', 'torch', 'textual') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,4 +1,4 @@
-"""Job scripts read with bashlex: commands, their environment, loops, wrappers, what Python they start."""
+"""Job scripts read with tree-sitter-bash: commands, their environment, loops, wrappers, what Python they start."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 from jobfolder_util import job_of, write_job
 
+from doctor.jobfolder.expand import expand_text
 from doctor.jobfolder.model import Command, Job
-from doctor.jobfolder.shellprep import prepare
-from doctor.jobfolder.words import expand
 
 
 def only_launch(job: Job) -> Command:
@@ -276,27 +275,20 @@ def test_case_statements_are_walked_arm_by_arm(tmp_path: Path) -> None:
     assert not [n for n in job.notes if n.kind == "unparsed"]
 
 
-def test_constructs_bashlex_cannot_read_are_noted_and_the_rest_is_read(tmp_path: Path) -> None:
+def test_lines_the_parser_cannot_read_are_noted_and_the_rest_is_read(tmp_path: Path) -> None:
     write_job(tmp_path, {"run.sh": """
         export SCOREP_TOTAL_MEMORY=2G
         select opt in fast slow; do
             break
         done
+        if then fi (
         python -m scorep --cuda train.py --max_steps 5
         """})
     job = job_of(tmp_path)
     cmd = only_launch(job)
-    assert cmd.env["SCOREP_TOTAL_MEMORY"].value == "2G" and cmd.site.line == 5
+    assert cmd.env["SCOREP_TOTAL_MEMORY"].value == "2G" and cmd.site.line == 6
     notes = [n for n in job.notes if n.kind == "unparsed"]
-    assert [(n.line, n.text.split(" not")[0]) for n in notes] == [(2, "line 2"), (4, "line 4")]
-
-
-def test_prepare_keeps_every_position() -> None:
-    src = 'x=$((1+2)); for ((i=0;i<3;i++)); do [[ -f a ]] && echo "$(( i*2 ))"; done\ncat <<"E"\nb\nE\ntime ls\n'
-    prep = prepare(src)
-    assert len(prep.text) == len(src)
-    assert list(prep.cfors.values())[0].var == "i"
-    assert list(prep.heredocs.values())[0].body == "b\n"
+    assert [(n.line, n.text.split(" not")[0]) for n in notes] == [(5, "line 5")]
 
 
 @pytest.mark.parametrize("raw,value,known", [
@@ -308,7 +300,7 @@ def test_word_expansion(raw: str, value: str, known: bool) -> None:
     from doctor.jobfolder.model import EnvVar
 
     env = {"HOME": EnvVar("HOME", "/home/u", "/home/u")}
-    exp = expand(raw, env.get, home="/home/u")
+    exp = expand_text(raw, env.get, home="/home/u")
     assert (exp.value, exp.known) == (value, known)
 
 

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from doctor.case import Case
+from doctor.jobfolder.discover import load_job
 from doctor.model import Evidence, Finding, Status
 from doctor.remedy import apply_plan, make_plan
-from doctor.remedy.launchline import scorep_launches
-from doctor.remedy.shell import ShellScript
 from doctor.remedy.text import TextDoc
 
 TESTS = Path(__file__).resolve().parent
@@ -85,12 +84,15 @@ def run_job(job: Path, **env: str) -> subprocess.CompletedProcess[str]:
 def test_generated_script_is_plain_bash_that_the_checks_can_read(tmp_path: Path) -> None:
     script = apply_per_rank_launch(make_ddp_job(tmp_path / "job"))
     doc = TextDoc(script.read_bytes())
-    assert ShellScript(doc).whole_parse
-    launch = scorep_launches(ShellScript(doc))[0]
-    assert [o.text for o in launch.options] == ["--cuda"]
+    job = load_job(Case(root=tmp_path / "job"))
+    assert not [n for n in job.notes if n.kind == "unparsed"]
+    ranks = [(c, lch) for c, lch in job.instrumented if c.site.file == str(script)]
+    assert [lch.scorep.flags for _c, lch in ranks if lch.scorep] == [("--cuda",)]
     assert "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$rank" in doc.text
     job_text = (tmp_path / "job" / "job.sh").read_text()
-    assert 'OUT="$OUT" bash ./run_ranks.sh\necho "job done: $?"\n' in job_text
+    # the words as the job shell expands them: `--out "$OUT"` needs no unexported OUT in the script
+    assert 'mkdir -p "$OUT"\nbash ./run_ranks.sh\necho "job done: $?"\n' in job_text
+    assert "ddp_train.py --out results --steps 3 &" in doc.text
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 

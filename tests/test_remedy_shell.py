@@ -7,12 +7,10 @@ from pathlib import Path
 import pytest
 
 from doctor.case import Case
+from doctor.jobfolder.scorep_values import format_size, parse_cuda_enable, proposed_cuda_buffer
 from doctor.model import Evidence, Finding, Status
 from doctor.remedy import make_plan
 from doctor.remedy.diff import unified_diff
-from doctor.remedy.shell import ShellScript
-from doctor.remedy.text import TextDoc
-from remedies.scorep_env import corrected_cuda_enable, cuda_buffer_for
 
 
 def finding(check: str, remedy: str, path: Path, line: int | None = None, **data: object) -> Finding:
@@ -47,7 +45,7 @@ def test_crlf_script_keeps_crlf_and_comments_and_gets_crlf_lines(tmp_path: Path)
     assert after == (b"#!/bin/bash\r\n#SBATCH --gres=gpu:4\r\n\r\n# memory for CUDA traces\r\n"
                      b"export SCOREP_TOTAL_MEMORY=\"3500M\"   # too much?\r\n"
                      b"export SCOREP_CUDA_ENABLE=kernel,memcpy,sync\r\n"
-                     b"export SCOREP_CUDA_BUFFER=16M\r\n"
+                     b"export SCOREP_CUDA_BUFFER=64M\r\n"
                      b"python -m scorep --cuda --thread=pthread train.py --lr 0.1\r\n")
 
 
@@ -132,7 +130,6 @@ def test_unparseable_bash_still_located_line_by_line(tmp_path: Path) -> None:
     text = (b"#!/bin/bash\ndeclare -a ranks=(0 1)\ncase $1 in\n  dry) exit 0;;\nesac\n"
             b"x=$(( 1 + 2 ))\nexport SCOREP_TOTAL_MEMORY=4G\npython -m scorep train.py\n")
     sb = write(tmp_path, "job.sh", text)
-    assert not ShellScript(TextDoc(text)).whole_parse
     after = planned(tmp_path, finding("SCP003", "scorep-total-memory", sb, 7),
                     finding("SCP002", "scorep-add-cuda", sb, 8))["job.sh"]
     assert after == text.replace(b"=4G", b"=3500M").replace(b"-m scorep", b"-m scorep --cuda")
@@ -145,17 +142,17 @@ def test_values_it_cannot_know_are_left_alone(tmp_path: Path) -> None:
     assert plan.remedies[0].status == "nothing"
 
 
-@pytest.mark.parametrize("proposal,size", [(8889000, "16M"), (1048577, "2M"), (16 << 20, "16M"),
-                                           ((16 << 20) + 1, "32M"), (None, "64M")])
-def test_cuda_buffer_is_a_power_of_two_mib_at_or_above_the_proposal(proposal: int | None, size: str) -> None:
-    assert cuda_buffer_for(proposal) == size
+@pytest.mark.parametrize("proposal,size", [(8889000, "64M"), (1048577, "8M"), (16 << 20, "64M"),
+                                           ((16 << 20) + 1, "128M"), (None, "64M")])
+def test_cuda_buffer_is_a_power_of_two_mib_four_times_the_proposal(proposal: int | None, size: str) -> None:
+    assert format_size(proposed_cuda_buffer(proposal)) == size
 
 
 @pytest.mark.parametrize("value,fixed", [("kernels,memcopy,sync", "kernel,memcpy,sync"),
                                          ("kernel:bogus", "kernel"), ("nonsense", "default"),
                                          ("kernel;~idle", "kernel;~idle")])
 def test_cuda_enable_entries_corrected(value: str, fixed: str) -> None:
-    assert corrected_cuda_enable(value) == fixed
+    assert parse_cuda_enable(value).proposed() == fixed
 
 
 def test_unified_diff_marks_a_missing_final_newline_and_new_files() -> None:

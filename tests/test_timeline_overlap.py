@@ -3,24 +3,46 @@
 Every trace here is written with the `otf2` writer, shaped like Score-P's per-rank CUDA output
 (`CUDA[dev:stream]` GPU locations, kernels as regions, `train_step` on the CPU thread), with a
 timer of 1000 ticks per second, so one tick is one millisecond and every expected number is exact.
+Every test runs twice, once through each reader (the C extension and the Python callbacks):
+both must give these exact numbers.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from timeline_tracegen import GEMM, Kernel, Process, comm, compute, write_rank_trace, write_trace
+from timeline_tracegen import (
+    GEMM,
+    Kernel,
+    Process,
+    comm,
+    compute,
+    require_c_reader,
+    write_rank_trace,
+    write_trace,
+)
 
 from doctor.timeline import Breakdown, RankTimeline, analyse
 
 MS = 1000  # ticks per second: one tick = 1 ms
 
 
+@pytest.fixture(autouse=True, params=["c", "python"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The reader `analyse` picks by default ("auto") for the test."""
+    if request.param == "c":
+        require_c_reader()
+    monkeypatch.setenv("GPU_DOCTOR_TIMELINE_READER", request.param)
+    return str(request.param)
+
+
 def only_rank(folder: Path, **kwargs: object) -> RankTimeline:
     report = analyse([folder], **kwargs)  # type: ignore[arg-type]
     ranks = [rank for run in report.runs for rank in run.ranks]
     assert len(ranks) == 1, report
+    assert ranks[0].reader == os.environ["GPU_DOCTOR_TIMELINE_READER"]
     return ranks[0]
 
 
@@ -154,6 +176,7 @@ def test_one_trace_with_several_processes_gives_one_timeline_per_rank(tmp_path: 
                  Process((compute(7, 0, 1000), comm(20, 400, 1000)), ((0, 1000),), device=1, name="MPI Rank 1")]
     report = analyse([write_trace(tmp_path / "mpi", processes, resolution=MS)])
     ranks = report.runs[0].ranks
+    assert {rank.reader for rank in ranks} == {os.environ["GPU_DOCTOR_TIMELINE_READER"]}
     assert [(r.rank, r.devices, r.whole_run.exposed, r.whole_run.hidden) for r in ranks] == \
         [(0, (0,), 400, 200), (1, (1,), 0, 600)]
 

@@ -160,6 +160,9 @@ def test_opening_a_finding_shows_its_evidence(job: Path) -> None:
         assert "SCOREP_TOTAL_MEMORY" in text
         assert "job.sbatch" in text
         assert "scorep-total-memory" in text  # the remedy, with its safety
+        # how the job model read the launch: the job script, then the command, its ranks and settings
+        assert "How gpu-doctor read your launch" in text
+        assert "SCOREP_TOTAL_MEMORY=4G" in text and "← job.sbatch:" in text
         ev = next(e for e in app.results["SCP003"].evidence if e.file and e.line)
         source = (job / ev.file if not Path(ev.file).is_absolute() else Path(ev.file)).read_text().splitlines()
         import re
@@ -316,10 +319,13 @@ def test_launch_screen_shows_where_the_time_went(tmp_path: Path) -> None:
     for rank in range(2):
         write_rank_trace(tmp_path / f"scorep_rank_{rank}", [compute(7, 0, 1000), comm(20, 200, 600)],
                          resolution=1000)
-    text = timeline_text(tmp_path)
+    progress: list[str] = []
+    text = timeline_text(tmp_path, on_progress=progress.append)
     print(text)
     assert "exposed" in text.lower()
     assert "scorep_rank_1" in text or "rank 1" in text.lower()
+    # The reading's progress, as the launch screen shows it while the ranks' traces are read.
+    assert [line.split("]")[0] for line in progress if " events" in line] == ["[1/2", "[2/2"], progress
 
 
 def test_launch_screen_time_breakdown_never_raises(tmp_path: Path) -> None:

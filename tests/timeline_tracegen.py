@@ -174,3 +174,18 @@ def write_bench_trace(folder: Path, steps: int, kernels_per_step: int = 48,
         trace._update_timestamps(0)
         trace._update_timestamps(end)
     return written
+
+
+def require_c_reader() -> None:
+    """Skip a C-reader test where the extension is not built; in CI (CI=true) it must be."""
+    import os
+
+    import pytest
+
+    from doctor.timeline import creader
+
+    if creader.available():
+        return
+    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+        pytest.fail(f"CI must build the C reader: {creader.why_not()}")
+    pytest.skip(creader.why_not())

@@ -41,11 +41,10 @@ def remedies_for(signature: str) -> tuple[str, ...]:
 
 
 def suggest_buffer(proposed: int) -> str:
-    """A SCOREP_CUDA_BUFFER with headroom: a power of two MiB at least twice the proposal."""
-    mib = 1
-    while mib * (1 << 20) < 2 * proposed:
-        mib *= 2
-    return f"{mib}M" if mib < 1024 else f"{mib // 1024}G"
+    """The SCOREP_CUDA_BUFFER to set for CUPTI's proposal (`scorep_values` owns the value)."""
+    from doctor.jobfolder.scorep_values import format_size, proposed_cuda_buffer
+
+    return format_size(proposed_cuda_buffer(proposed))
 
 
 def _max(matches: list[dict[str, Any]], key: str) -> int | None:

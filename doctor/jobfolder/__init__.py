@@ -6,5 +6,5 @@ config files they pass, and so the environment the job will run with.
 `discover.load_job(case)` turns it into a `model.Job`: frozen values with a
 file and line for everything, which the `job` fact hands to the checks.
 
-Shell is parsed with bashlex, Python with `ast`; nothing here runs user code.
+Shell is parsed with tree-sitter-bash, Python with `ast`; nothing here runs user code.
 """

@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from doctor.jobfolder.model import Launch, ScorepWrap, Spawner, Wrapper
 
@@ -110,7 +111,7 @@ def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tupl
     """Peel srun/mpirun/timeout/env/nsys/apptainer/conda-run... off a command line.
 
     Returns the wrappers, the command they run, and `env` operations:
-    ('set', NAME, VALUE), ('unset', NAME), ('clear',).
+    ('set', NAME, VALUE, argv index), ('unset', NAME), ('clear',).
     """
     wrappers: list[Wrapper] = []
     env_ops: list[tuple[str, ...]] = []
@@ -152,7 +153,7 @@ def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tupl
                     i += 1
                 elif re.match(r"[A-Za-z_]\w*=", a):
                     k, v = a.split("=", 1)
-                    env_ops.append(("set", k, v))
+                    env_ops.append(("set", k, v, str(i)))
                     i += 1
                 else:
                     break
@@ -206,8 +207,9 @@ def parse_scorep(args: list[str]) -> tuple[ScorepWrap, list[str]]:
     return ScorepWrap(tuple(wrapper), tuple(config), dashdash), args[i:]
 
 
-def parse_spawner(kind: str, args: list[str],
-                  resolve: Callable[[str], str | None]) -> tuple[Spawner, str, list[str], Launch | None, bool]:
+def parse_spawner(kind: str, args: list[str], resolve: Callable[[str], str | None],
+                  modules: Callable[[str], str | None] | None = None
+                  ) -> tuple[Spawner, str, list[str], Launch | None, bool]:
     """(spawner, training target, its args, inner launch for --no-python, target is a module)."""
     flags = {"accelerate": _ACCELERATE_FLAGS, "deepspeed": _DEEPSPEED_FLAGS}.get(kind, _TORCHRUN_FLAGS)
     nproc_keys = {"accelerate": ("--num_processes", "--num-processes"),
@@ -237,13 +239,14 @@ def parse_spawner(kind: str, args: list[str],
     rest = args[i + 1:]
     inner = None
     if no_python and target:
-        inner = interpret(args[i:], resolve)
+        inner = interpret(args[i:], resolve, modules)
     spawner = Spawner(kind, tuple(args), _int(nproc_text), nproc_text, no_python, None, mixed)
     return spawner, target, rest, inner, module
 
 
 def _with_target(interp: str, scorep: ScorepWrap | None, program: str, args: list[str],
-                 resolve: Callable[[str], str | None], module: bool = False) -> Launch:
+                 resolve: Callable[[str], str | None], module: bool = False,
+                 modules: Callable[[str], str | None] | None = None) -> Launch:
     """The Launch for `program args` run by `interp` (optionally under Score-P)."""
     name = base(program)
     spawn_kind = None
@@ -256,8 +259,9 @@ def _with_target(interp: str, scorep: ScorepWrap | None, program: str, args: lis
     elif name == "deepspeed":
         spawn_kind = "deepspeed"
     if spawn_kind is not None:
-        spawner, target, rest, inner, is_module = parse_spawner(spawn_kind, args, resolve)
-        script = None if (is_module or spawner.no_python) else resolve(target)
+        spawner, target, rest, inner, is_module = parse_spawner(spawn_kind, args, resolve, modules)
+        script = None if spawner.no_python else (modules(target) if modules else None) if is_module \
+            else resolve(target)
         program_path = resolve(program) if not module and ("/" in program or program.endswith(".py")) else None
         if inner is not None:
             return Launch(interp, "module" if module else "script", program, scorep, spawner,
@@ -268,21 +272,23 @@ def _with_target(interp: str, scorep: ScorepWrap | None, program: str, args: lis
                       program_path, tuple(args), training_script=script,
                       training_target=target, training_args=tuple(rest))
     if module:
-        return Launch(interp, "module", program, scorep, None, None, tuple(args), training_target=program,
-                      training_args=tuple(args))
+        found = modules(program) if modules is not None else None
+        return Launch(interp, "module", program, scorep, None, found, tuple(args), training_script=found,
+                      training_target=program, training_args=tuple(args))
     script = resolve(program)
     return Launch(interp, "script", program, scorep, None, script, tuple(args), training_script=script,
                   training_target=program, training_args=tuple(args))
 
 
-def interpret(argv: list[str], resolve: Callable[[str], str | None]) -> Launch | None:
+def interpret(argv: list[str], resolve: Callable[[str], str | None],
+              modules: Callable[[str], str | None] | None = None) -> Launch | None:
     """The Python start in `argv` (wrappers already stripped), or None if it starts no Python."""
     if not argv:
         return None
     head = argv[0]
     name = base(head)
     if name in ("torchrun", "deepspeed") or (name == "accelerate" and argv[1:2] == ["launch"]):
-        return _with_target(head, None, head, argv[1:], resolve)
+        return _with_target(head, None, head, argv[1:], resolve, modules=modules)
     if not is_python(head):
         return None
     i = 1
@@ -296,8 +302,8 @@ def interpret(argv: list[str], resolve: Callable[[str], str | None]) -> Launch |
                 if not prog:
                     return Launch(head, "none", "", wrap)
                 as_module = "-m" in wrap.config_flags and "/" not in prog[0] and not prog[0].endswith(".py")
-                return _with_target(head, wrap, prog[0], prog[1:], resolve, module=as_module)
-            return _with_target(head, None, module, rest, resolve, module=True)
+                return _with_target(head, wrap, prog[0], prog[1:], resolve, module=as_module, modules=modules)
+            return _with_target(head, None, module, rest, resolve, module=True, modules=modules)
         if a == "-c":
             code = argv[i + 1] if i + 1 < len(argv) else ""
             return Launch(head, "code", "-c", code=code, args=tuple(argv[i + 2:]))
@@ -309,7 +315,7 @@ def interpret(argv: list[str], resolve: Callable[[str], str | None]) -> Launch |
         if a.startswith("-"):
             i += 1
             continue
-        return _with_target(head, None, a, argv[i + 1:], resolve)
+        return _with_target(head, None, a, argv[i + 1:], resolve, modules=modules)
     return Launch(head, "stdin", "")
 
 
@@ -322,3 +328,32 @@ def as_wrapper_spawner(launch: Launch, wrapper_path: str, resolve: Callable[[str
                        training_target=inner.training_target, training_args=inner.training_args, inner=inner)
     return replace(launch, spawner=spawner, training_script=None if is_module else resolve(target),
                    training_target=target, training_args=tuple(rest))
+
+
+@dataclass(frozen=True)
+class ScorepWords:
+    """Indices in `cmd.argv` of one `python -m scorep [flags] program` launch."""
+
+    python: int
+    scorep: int
+    options: tuple[int, ...]
+    dashdash: tuple[int, ...]
+    target: int | None
+
+
+def scorep_words(cmd: Any) -> ScorepWords | None:
+    """Where `-m scorep` and its flags are in a command's argv (the first such launch)."""
+    argv = cmd.argv
+    for i in range(1, len(argv) - 1):
+        if argv[i] == "-m" and argv[i + 1] == "scorep":
+            j = i - 1
+            while j > 0 and argv[j].startswith("-"):
+                j -= 1
+            options: list[int] = []
+            dashdash: list[int] = []
+            k = i + 2
+            while k < len(argv) and argv[k].startswith("-") and argv[k] != "-m":
+                (dashdash if argv[k] == "--" else options).append(k)
+                k += 1
+            return ScorepWords(j, i + 1, tuple(options), tuple(dashdash), k if k < len(argv) else None)
+    return None

@@ -11,6 +11,7 @@ symlink is followed.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from doctor.jobfolder.model import (
     TrainerArgs,
 )
 from doctor.jobfolder.reading import Source, inside, peek, read_source
-from doctor.jobfolder.shell import ShellState, ShellWalker
+from doctor.jobfolder.walker import ShellState, ShellWalker
 
 SHELL_SUFFIXES = (".sh", ".bash", ".sbatch", ".slurm", ".job", ".pbs", ".batch", ".lsf")
 SKIP_DIRS = {"__pycache__", "venv", "env", "node_modules", "site-packages", "wandb", "mlruns", "build", "dist"}
@@ -79,8 +80,9 @@ def discover_files(root: str, depth: int = 2) -> tuple[list[str], list[str]]:
 
 
 class JobBuilder:
-    def __init__(self, case: Case):
+    def __init__(self, case: Case, planned: Mapping[str, bytes | None] | None = None):
         self.case = case
+        self.planned = {os.path.realpath(k): v for k, v in (planned or {}).items()}
         root = Path(os.path.abspath(case.root)) if case.root is not None else None
         launch = [os.path.abspath(p) for p in case.launch]
         scripts = [os.path.abspath(p) for p in case.scripts]
@@ -101,7 +103,14 @@ class JobBuilder:
         if self.root is not None and not inside(path, self.root) and path not in self.explicit:
             return Source(path, None, "outside the job folder; not read", "outside")
         root = self.root if (self.root is not None and inside(path, self.root)) else None
-        return read_source(path, root, self.no_symlinks and root is not None, python)
+        planned = self.planned.get(os.path.realpath(path)) if self.planned else None
+        return read_source(path, root, self.no_symlinks and root is not None, python, data=planned)
+
+    def exists(self, path: str) -> bool:
+        """A regular file on disk, or one the plan being checked creates."""
+        if self.planned and os.path.realpath(path) in self.planned:
+            return self.planned[os.path.realpath(path)] is not None
+        return os.path.isfile(path)
 
     def read_text(self, path: str) -> str | None:
         src = self.read(path)
@@ -180,7 +189,7 @@ class JobBuilder:
             base_env["PWD"] = EnvVar("PWD", root, root)
             base_env.setdefault("SLURM_SUBMIT_DIR", EnvVar("SLURM_SUBMIT_DIR", root, root))
         home = self.case.env.get("HOME")
-        walker = ShellWalker(root, self.read, self.notes, home)
+        walker = ShellWalker(root, self.read, self.notes, home, self.exists)
         if self.launch_override:
             shells, pys = list(self.launch_override), []
             if root is not None and not self.script_override:
@@ -191,7 +200,7 @@ class JobBuilder:
             shells, pys = [], []
         cwd = root or os.getcwd()
         # Pass 1 finds what is sourced or run by another script; those are not jobs of their own.
-        probe = ShellWalker(root, self.read, [], home)
+        probe = ShellWalker(root, self.read, [], home, self.exists)
         for path in shells:
             probe.run_file(path, ShellState(dict(base_env), cwd), 0, "job")
         tops = [p for p in shells if p not in probe.referenced or p in self.launch_override]
@@ -201,7 +210,7 @@ class JobBuilder:
             loaded = probe.files.get(path)
             env.update(sbatch_exports(loaded.sbatch if loaded else ()))
             walker.run_file(path, ShellState(env, cwd), flow, "job")
-        commands = [self._link(c) for c in walker.commands]
+        commands = self._relink([self._link(c) for c in walker.commands], walker.commands)
         self._entries(commands, pys)
         trainer_args = self._trainer_args(commands, cwd)
         env, python = self._job_env(commands, base_env)
@@ -209,6 +218,18 @@ class JobBuilder:
                                                                 "snippet": 3}.get(s.role, 4), s.path))
         return Job(root, tuple(walker.files.values()), tuple(commands), tuple(ordered), tuple(trainer_args),
                    tuple(self.notes), env, python)
+
+    @staticmethod
+    def _relink(linked: list[Command], walked: list[Command]) -> list[Command]:
+        """Point each worker's `parent` at its launcher as linked (parents come first)."""
+        new_of: dict[int, Command] = {}
+        out = []
+        for old, cmd in zip(walked, linked, strict=True):
+            if cmd.parent is not None and id(cmd.parent) in new_of:
+                cmd = replace(cmd, parent=new_of[id(cmd.parent)])
+            new_of[id(old)] = cmd
+            out.append(cmd)
+        return out
 
     def _link(self, cmd: Command) -> Command:
         """Analyse what a command runs; turn `python wrapper.py` into a spawner when it calls run.main()."""
@@ -315,8 +336,12 @@ def _has_sbatch(f: ShellFile | None) -> bool:
     return f is not None and bool(f.sbatch)
 
 
-def load_job(case: Case) -> Job:
-    """The parsed job folder of `case` (an empty Job when the case has no folder)."""
+def load_job(case: Case, planned: Mapping[str, bytes | None] | None = None) -> Job:
+    """The parsed job folder of `case` (an empty Job when the case has no folder).
+
+    `planned` maps paths to the content a remedy plan would give them: the job as it
+    would be after the plan (files not named are read from disk).
+    """
     if case.root is None and not case.launch and not case.scripts:
         return Job(None)
-    return JobBuilder(case).build()
+    return JobBuilder(case, planned).build()

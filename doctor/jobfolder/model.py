@@ -43,13 +43,70 @@ def display_path(path: str, root: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class Span:
+    """Where a shell word or value is written: character offsets in the file's text, 1-based line/column."""
+
+    file: str
+    start: int
+    end: int
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    def data(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "col": self.col, "end_line": self.end_line,
+                "end_col": self.end_col}
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Part of an expanded word. `span` is set only where `text` is written there character for character."""
+
+    text: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class Word:
+    """One argument of a command after expansion, and where each of its characters came from.
+
+    `span` is the shell word it was expanded from (the command's own text); `via` the variable
+    assignments its value came through, innermost last; `pieces` the characters by origin, so
+    an edit can go to the assignment that wrote them.
+    """
+
+    text: str
+    span: Span
+    pieces: tuple[Piece, ...] = ()
+    via: tuple[Site, ...] = ()
+    known: bool = True
+    varies: bool = False
+
+    @property
+    def source(self) -> Span | None:
+        """The one place the whole word is written literally (the command or an assignment), else None."""
+        spans = [p.span for p in self.pieces if p.text]
+        if not spans or any(s is None for s in spans):
+            return None
+        first, last = spans[0], spans[-1]
+        assert first is not None and last is not None
+        if any(s.file != first.file for s in spans if s is not None):
+            return None
+        for a, b in zip(spans, spans[1:], strict=False):
+            if a is None or b is None or a.end != b.start:
+                return None
+        return Span(first.file, first.start, last.end, first.line, first.col, last.end_line, last.end_col)
+
+
+@dataclass(frozen=True)
 class Note:
     """Something gpu-doctor could not read or analyse, said plainly."""
 
     file: str
     text: str
     line: int | None = None
-    kind: str = "note"  # unreadable, binary, empty, too-large, syntax, encoding, unparsed, outside, note
+    kind: str = "note"  # unreadable, binary, empty, too-large, syntax, encoding, unparsed, outside, unresolved, note
 
 
 @dataclass(frozen=True)
@@ -71,6 +128,9 @@ class EnvVar:
     refs: tuple[str, ...] = ()
     varies: bool = False
     items: tuple[str, ...] | None = None  # bash array items, when an array
+    pieces: tuple[Piece, ...] = ()  # the value's characters by origin (scalars)
+    item_pieces: tuple[tuple[Piece, ...], ...] = ()  # the same per array item
+    span: Span | None = None  # the value as written in the assignment (inside its quotes)
 
 
 @dataclass(frozen=True)
@@ -157,6 +217,7 @@ class Launch:
     training_target: str | None = None
     training_args: tuple[str, ...] = ()
     inner: Launch | None = None
+    code_span: Span | None = None  # where `code` is written (the -c word, the here-document body)
 
 
 @dataclass(frozen=True)
@@ -178,6 +239,14 @@ class Command:
     order: int = 0
     words: tuple[tuple[str, int], ...] = ()  # (source text of each word, its line)
     end_line: int = 0
+    argv_words: tuple[Word, ...] = ()  # argv with spans, one per argv entry
+    span: Span | None = None  # the whole command (prefix assignments to last word)
+    parent: Command | None = None  # the launcher whose workers run this command (torchrun --no-python ...)
+    cwd: str | None = None
+    statement_line: int = 0  # the top-level statement of its file it runs in (a loop, an if...)
+
+    def word_at(self, index: int) -> Word | None:
+        return self.argv_words[index] if 0 <= index < len(self.argv_words) else None
 
     def line_of(self, token: str, default: int | None = None) -> int:
         """The line of the first word whose source text is `token` (or starts with `token=`)."""

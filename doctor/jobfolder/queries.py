@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -86,6 +87,9 @@ def ranks(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
     outer = cmd.launch
     if outer is not None and outer.inner is launch and outer.spawner is not None:
         return outer.spawner.nproc, f"{outer.spawner.kind} --nproc_per_node={outer.spawner.nproc_text}"
+    spawned = spawned_by(cmd)
+    if spawned is not None:
+        return spawned
     if launch.spawner is not None:
         return launch.spawner.nproc, f"{launch.spawner.kind} --nproc_per_node={launch.spawner.nproc_text}"
     n = cmd.tasks
@@ -94,6 +98,16 @@ def ranks(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
     if any(w.name in ("srun", "mpirun", "mpiexec") for w in cmd.wrappers):
         return n, "srun/mpirun tasks"
     return 1, "one process"
+
+
+def spawned_by(cmd: Command) -> tuple[int | None, str] | None:
+    """(workers, how) when `cmd` runs in each worker of a `torchrun --no-python` wrapper script."""
+    parent = cmd.parent
+    sp = parent.launch.spawner if parent is not None and parent.launch is not None else None
+    if parent is None or sp is None:
+        return None
+    return sp.nproc, (f"{sp.kind} --no-python at {os.path.basename(parent.site.file)}:{parent.site.line} "
+                      f"runs it in each of {sp.nproc_text or '?'} workers")
 
 
 def _loop_words(cmd: Command) -> str:
@@ -110,6 +124,9 @@ def multi_rank(job: Job, cmd: Command, launch: Launch) -> tuple[bool, str]:
         n = outer.spawner.nproc
         return (n is None or n > 1), f"{outer.spawner.kind} --no-python starts {outer.spawner.nproc_text or '?'} " \
                                      "instrumented workers"
+    spawned = spawned_by(cmd)
+    if spawned is not None:
+        return (spawned[0] is None or spawned[0] > 1), spawned[1]
     if cmd.loop is not None and cmd.background:
         count = cmd.loop.count
         return (count is None or count > 1), f"starts in {_loop_words(cmd)} (line {cmd.loop.site.line})"
@@ -181,7 +198,8 @@ def is_ddp(job: Job, entry: PyScript) -> tuple[bool, str]:
         n, how = ranks(job, cmd, launch)
         several, why = multi_rank(job, cmd, launch)
         how = why or how
-        spawned = launch.spawner is not None or (cmd.launch is not None and cmd.launch.spawner is not None)
+        spawned = launch.spawner is not None or (cmd.launch is not None and cmd.launch.spawner is not None) \
+            or cmd.parent is not None
         if spawned or several or (n is not None and n > 1):
             if hf or spawned or any(s.init_pg or s.ddp_wrap for s in closure):
                 return True, f"started as several ranks by {job.rel(cmd.site.file)}:{cmd.site.line} ({how})"
@@ -194,3 +212,33 @@ def is_ddp(job: Job, entry: PyScript) -> tuple[bool, str]:
     if hf and not launches_of(job, entry):
         return True, "an HF Trainer script (DDP when started by torchrun or per rank)"
     return False, "no process group (no init_process_group, no DDP launch)"
+
+
+def unfollowed(job: Job) -> list[Any]:
+    """The links the walker could not follow: scripts outside the folder, command substitutions."""
+    return [n for n in job.notes if n.kind in ("outside", "unresolved")]
+
+
+def link_unknown(job: Job, what: str) -> Outcome | None:
+    """`unknown` naming the link that hides `what`, when there is one (never a pass or a skip)."""
+    links = unfollowed(job)
+    if not links:
+        return None
+    first = links[0]
+    return unknown(f"{what} not found, and gpu-doctor cannot follow {job.rel(first.file)}:{first.line or '?'}: "
+                   f"{first.text}",
+                   [Evidence(n.text, job.rel(n.file), n.line, "not followed") for n in links[:5]],
+                   data={"unfollowed": [{"file": n.file, "line": n.line, "text": n.text} for n in links]})
+
+
+def origin_evidence(job: Job, cmd: Command, index: int | None, label: str = "written here") -> Evidence | None:
+    """Where argv word `index` of `cmd` is written when that is not the command itself
+    (`PYTHON_SCOREP="python -m scorep"` two lines up, the caller's argument for `"$@"`)."""
+    word = cmd.word_at(index) if index is not None else None
+    span = word.source if word is not None else None
+    if word is None or span is None:
+        return None
+    if span.file == cmd.site.file and cmd.site.line <= span.line <= max(cmd.end_line, cmd.site.line):
+        return None
+    site = next((s for s in reversed(word.via) if s.file == span.file and s.line == span.line), None)
+    return Evidence(site.text if site is not None else word.text, job.rel(span.file), span.line, label)

@@ -132,11 +132,25 @@ def decode(data: bytes, python: bool) -> tuple[str, tuple[str, ...]]:
 
 
 def read_source(path: str, root: str | None, no_symlinks: bool = False, python: bool = False,
-                limit: int = MAX_BYTES) -> Source:
-    """Read a script for analysis; a file that cannot be read says why, never raises."""
+                limit: int = MAX_BYTES, data: bytes | None = None) -> Source:
+    """Read a script for analysis; a file that cannot be read says why, never raises.
+
+    `data`: the file's content as planned (a remedy's draft) instead of what is on disk.
+    """
+    if data is not None:
+        return source_of(path, data, python, limit)
     data, problem, kind, size = read_bytes(path, root, no_symlinks, limit)
     if data is None:
         return Source(path, None, problem, kind, size=size)
+    return source_of(path, data, python, limit)
+
+
+def source_of(path: str, data: bytes, python: bool, limit: int = MAX_BYTES) -> Source:
+    """A Source from bytes already read."""
+    size = len(data)
+    if size > limit:
+        return Source(path, None, f"{size / 2**20:.1f} MiB, above the {limit // 2**20} MiB limit for analysis; "
+                                  "not analysed", "too-large", size=size)
     if not data.strip():
         return Source(path, "", None, "empty", ("empty file",), size=size)
     if b"\0" in data[:BINARY_PROBE]:

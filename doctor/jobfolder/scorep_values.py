@@ -9,10 +9,15 @@ set; entries are split at space , : ; and a leading `~` removes an entry.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 U64 = 2**64
 TOTAL_MEMORY_LIMIT = 4294967295  # Score-P clamps SCOREP_TOTAL_MEMORY above this (4 GiB - 1)
+PROPOSED_TOTAL_MEMORY = "3500M"  # under the clamp, room for CUDA traces (field guide, error 9)
+DEFAULT_CUDA_BUFFER = 1 << 20  # SCOREP_CUDA_BUFFER's default
+CUDA_BUFFER_PER_RANK = 1152 * 1024  # what one CUDA-recording rank needs before CUPTI drops records
+FIELD_GUIDE_CUDA_BUFFER = 64 << 20  # the field guide's buffer for 8 ranks, where nothing proposes one
 _SCALES = {"K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
 _C_SPACE = " \t\n\v\f\r"
 
@@ -77,6 +82,26 @@ def format_size(n: int) -> str:
     return f"{n}{suffix[k].strip()}"
 
 
+def proposed_cuda_buffer(minimum: int | None) -> int:
+    """The SCOREP_CUDA_BUFFER to set for CUPTI's proposed minimum (or a rank count's need):
+    a power-of-two MiB at least four times it, the field guide's 64M for 8889000.
+
+    The one owner of this value: SCP004's message, ART004's log signature and the
+    `scorep-cuda-buffer` remedy all take it from here.
+
+    Without a minimum: the field guide's 64M.
+
+    >>> format_size(proposed_cuda_buffer(8889000))
+    '64M'
+    """
+    if not minimum:
+        return FIELD_GUIDE_CUDA_BUFFER
+    size = 8 << 20
+    while size < 4 * minimum:
+        size *= 2
+    return size
+
+
 def human(n: int) -> str:
     for unit, power in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << power:
@@ -96,7 +121,7 @@ _CUDA_ENABLE_SPELLINGS = {
     "synchronization": "sync", "synchronize": "sync", "syncs": "sync", "drivers": "driver",
     "runtime_api": "runtime", "driver_api": "driver", "true": "yes", "on": "yes", "all": "default",
     "gpu_memusage": "gpumemusage", "memusage": "gpumemusage", "callsite": "kernel_callsite",
-    "counter": "kernel_counter", "pureidle": "pure_idle", "pure-idle": "pure_idle",
+    "counter": "kernel_counter", "pureidle": "pure_idle", "pure-idle": "pure_idle", "memory": "gpumemusage",
     "kernel-serial": "kernel_serial", "kernel-counter": "kernel_counter",
 }
 
@@ -108,22 +133,35 @@ class CudaEnable:
     entries: tuple[str, ...]
     invalid: tuple[str, ...]
     disabled: bool  # none/no, or every entry removed
+    separator: str = ","  # the first one the value uses (kept when the list is corrected)
 
     def proposed(self) -> str:
-        """The list with misspellings corrected and unknown entries dropped."""
+        """The list Score-P accepts: misspellings corrected (`kernels` -> `kernel`), unknown entries
+        dropped, `pure_idle` dropped beside `idle` (they exclude each other). The one owner of the
+        corrected value: SCP007's message and the `scorep-cuda-enable-fix` remedy use it."""
+        import difflib
+
         out: list[str] = []
         for entry in self.entries:
             neg = entry.startswith("~")
             name = entry[1:] if neg else entry
             low = name.lower()
             if low not in CUDA_ENABLE_ACCEPTED:
-                low = _CUDA_ENABLE_SPELLINGS.get(low, "")
+                low = _CUDA_ENABLE_SPELLINGS.get(low) or next(
+                    iter(difflib.get_close_matches(low, CUDA_ENABLE_ACCEPTED, 1, 0.75)), "")
                 if not low:
                     continue
             fixed = ("~" if neg else "") + low
             if fixed not in out:
                 out.append(fixed)
-        return ",".join(out) if out else "default"
+        if "idle" in out and "pure_idle" in out:
+            out.remove("pure_idle")
+        return self.separator.join(out) if out else "default"
+
+    @property
+    def conflicting(self) -> bool:
+        names = {e.lower() for e in self.entries if not e.startswith("~")}
+        return {"idle", "pure_idle"} <= names
 
 
 def parse_cuda_enable(value: str) -> CudaEnable:
@@ -134,7 +172,8 @@ def parse_cuda_enable(value: str) -> CudaEnable:
         entries.append(part)
     invalid = tuple(e for e in entries if (e[1:] if e.startswith("~") else e).lower() not in CUDA_ENABLE_ACCEPTED)
     positive = [e for e in entries if not e.startswith("~")]
-    return CudaEnable(tuple(entries), invalid, disabled=not positive)
+    seps = re.findall(r"[ ,:;]+", value.strip(_C_SPACE))
+    return CudaEnable(tuple(entries), invalid, disabled=not positive, separator=seps[0] if seps else ",")
 
 
 def _split_set(value: str) -> list[str]:

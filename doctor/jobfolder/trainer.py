@@ -130,13 +130,20 @@ def from_command(command: Command, script: str | None, args: tuple[str, ...], cw
                 values[key] = ArgValue(_clean(key, val), Site(path, n, lines[n - 1].strip() if lines else ""),
                                        "config", key)
     for key, (val, tok) in cli.items():
-        line = command.line_of(tok.split("=", 1)[0])
-        text = next((raw for raw, ln in command.words if ln == line), tok)
-        site = Site(command.site.file, line, _line_text(command, line) or text)
-        values[key] = ArgValue(val, site, "cli", key)
+        values[key] = ArgValue(val, _token_site(command, tok), "cli", key)
     if not values:
         return None
     return TrainerArgs("cli", script, values, command.site, command, tuple(config_paths))
+
+
+def _token_site(command: Command, tok: str) -> Site:
+    """Where a flag is written: the assignment it came through (`ARGS="--x y"`), else its own line."""
+    word = next((w for w in reversed(command.argv_words) if w.text == tok), None)
+    if word is not None and word.via:
+        return word.via[-1]
+    line = word.span.line if word is not None else command.line_of(tok.split("=", 1)[0])
+    text = next((raw for raw, ln in command.words if ln == line), tok)
+    return Site(command.site.file, line, _line_text(command, line) or text)
 
 
 def _line_text(command: Command, line: int) -> str:

@@ -6,7 +6,7 @@ edits. Only the edited spans change: tabs, CRLF line endings, trailing spaces
 and a missing final newline elsewhere stay as they were. Text that an edit
 inserts is written with the file's own line endings.
 
-Parsers that do not understand CR (bashlex) see `parse_text`, the text with
+Parsers that do not understand CR see `parse_text`, the text with
 each CRLF turned into LF; `to_orig` maps their offsets back.
 """
 

@@ -136,8 +136,10 @@ def all_notes(result: Mapping[str, Any]) -> list[str]:
 def child(argv: Sequence[str]) -> int:
     """In the child process: analyse ROOT, print the timeline JSON document on one line."""
     from doctor.timeline import analyse
+    from doctor.timeline.parallel import default_jobs
 
-    report = analyse([Path(argv[0])], keep_steps=int(argv[1]) if len(argv) > 1 else KEEP_STEPS)
+    report = analyse([Path(argv[0])], keep_steps=int(argv[1]) if len(argv) > 1 else KEEP_STEPS,
+                     jobs=default_jobs())
     sys.stdout.write(json.dumps(report.to_json(), default=str) + "\n")
     return 0
 

@@ -1,30 +1,34 @@
-"""`gpu-doctor timeline PATH [PATH...] [--json] [--step-regex R]`: where the time really goes.
+"""`gpu-doctor timeline PATH [PATH...] [--json] [--step-regex R] [--jobs N] [--rank-range A:B]`,
+`gpu-doctor timeline --merge a.json b.json ...`: where the time really goes.
 
-stdout carries the tables (or the JSON document with --json); stderr carries notes about
-folders that could not be read. Exit 0 when at least one rank was analysed, 2 when nothing
-could be (no experiment folders, only unreadable traces, bad options).
+stdout carries the tables (or the JSON document with --json); stderr carries progress and notes
+about folders that could not be read. Exit 0 when at least one rank was analysed, 2 when nothing
+could be (no experiment folders, only unreadable traces, bad options or documents).
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
-from doctor.arguments import Parser, UsageError, print_json
+from doctor.arguments import Parser, UsageError, positive_int
+from doctor.timeline import creader
 from doctor.timeline.analyse import WINDOWS, analyse
 from doctor.timeline.classify import DEFAULT_STEP_REGEX
+from doctor.timeline.model import RankRange, TimelineReport
 
 
 def build_parser() -> Parser:
+    from doctor.timeline.parallel import default_jobs
+
     p = Parser(prog="gpu-doctor timeline", description=(
         "Overlap-aware compute/communication breakdown from Score-P traces: per rank and per step, "
         "GPU busy, compute, NCCL communication, the part hidden under compute, the exposed part and "
         "idle time, by interval arithmetic on the timeline (and the plain sums a profile would show)."))
-    p.add_argument("paths", nargs="+", metavar="PATH",
+    p.add_argument("paths", nargs="*", metavar="PATH",
                    help="experiment folders, a run folder holding scorep_rank_N/, or a folder of runs")
     p.add_argument("--json", action="store_true", help="print the JSON document on stdout")
     p.add_argument("--step-regex", metavar="R",
@@ -34,43 +38,59 @@ def build_parser() -> Parser:
     p.add_argument("--steps", action="store_true", help="also list every step")
     p.add_argument("--keep-steps", type=int, default=10_000, metavar="N",
                    help="steps per rank kept one by one (totals always cover all steps)")
+    p.add_argument("--jobs", type=positive_int, default=default_jobs(), metavar="N",
+                   help="experiment folders read side by side, each in a worker process "
+                        f"(default: the cores available, here {default_jobs()})")
+    p.add_argument("--rank-range", type=_rank_range, metavar="A:B",
+                   help="only ranks A <= rank < B (per-rank folders and the processes of a trace); "
+                        "combine the parts' --json documents with --merge")
+    p.add_argument("--merge", nargs="+", type=Path, metavar="FILE",
+                   help="combine `--json` documents of parts of one analysis (e.g. --rank-range) into one report")
+    p.add_argument("--reader", choices=creader.READERS, default=creader.AUTO,
+                   help="the events' reader: the C extension, the Python one, or auto (C where built)")
     return p
 
 
-@contextlib.contextmanager
-def c_stderr_captured() -> Iterator[list[str]]:
-    """Collect what C libraries write to file descriptor 2 meanwhile (single-threaded CLI use)."""
-    lines: list[str] = []
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            lines.extend(ln for ln in tmp.read().decode("utf-8", "replace").splitlines() if ln.strip())
+def _rank_range(text: str) -> RankRange:
+    import argparse
+
+    try:
+        return RankRange.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str]) -> int:
+    progress = os.fdopen(os.dup(2), "w", buffering=1)   # the C library's stderr is captured meanwhile
+    try:
+        return _main(argv, progress)
+    finally:
+        progress.close()
+
+
+def _main(argv: list[str], progress: IO[str]) -> int:
+    from doctor.timeline.merge import MergeError, merge_files
+    from doctor.timeline.progress import StderrProgress
+
     try:
         args = build_parser().parse_args(argv)
         if args.keep_steps < 0:
             raise UsageError("--keep-steps must be 0 or more")
-        with c_stderr_captured() as otf2_said:
-            report = analyse([Path(p) for p in args.paths], step_regex=args.step_regex,
-                             window=args.window, keep_steps=args.keep_steps)
-        # The OTF2 C library prints several lines per damaged archive; one note is enough here.
-        c_note = (f"the OTF2 library reported {len(otf2_said)} error line(s), e.g. {otf2_said[-1]}"
-                  if otf2_said else None)
-    except (UsageError, ValueError) as exc:
+        if bool(args.merge) == bool(args.paths):
+            raise UsageError("give PATHs to analyse, or --merge FILE... to combine documents (not both)")
+        if args.merge:
+            report = merge_files(args.merge)
+        else:
+            with StderrProgress(progress) as show:
+                report = analyse([Path(p) for p in args.paths], step_regex=args.step_regex,
+                                 window=args.window, keep_steps=args.keep_steps, on_progress=show,
+                                 reader=args.reader, jobs=args.jobs, rank_range=args.rank_range)
+    except (UsageError, ValueError, MergeError) as exc:
         print(f"gpu-doctor timeline: error: {exc}", file=sys.stderr)
         return 2
     notes = list(report.notes) + [note for run in report.runs for note in run.notes]
-    if c_note:
-        notes.append(c_note)
+    if not args.merge and "python" in report.reader and args.reader == creader.AUTO and not creader.available():
+        notes.append(f"{creader.why_not()}; the Python reader was used (same numbers, slower)")
     if not report.analysed:
         reason = notes[0] if notes else "nothing to analyse"
         print(f"gpu-doctor timeline: error: {reason}", file=sys.stderr)
@@ -80,13 +100,18 @@ def main(argv: list[str]) -> int:
     for note in notes:
         print(f"gpu-doctor timeline: note: {note}", file=sys.stderr)
     if args.json:
-        print_json(report.to_json())
+        # One line through json's C encoder: 10,000 steps per rank take seconds with indent=2.
+        sys.stdout.write(json.dumps(report.to_json(), default=str) + "\n")
     else:
-        from rich.console import Console
-
-        from doctor.timeline.render import render
-
-        # Piped output gets room for the tables; a terminal keeps its own width.
-        console = Console(soft_wrap=False) if sys.stdout.isatty() else Console(width=160, soft_wrap=False)
-        render(report, console, every_step=args.steps)
+        _render(report, args.steps)
     return 0
+
+
+def _render(report: TimelineReport, every_step: bool) -> None:
+    from rich.console import Console
+
+    from doctor.timeline.render import render
+
+    # Piped output gets room for the tables; a terminal keeps its own width.
+    console = Console(soft_wrap=False) if sys.stdout.isatty() else Console(width=160, soft_wrap=False)
+    render(report, console, every_step=every_step)

@@ -5,10 +5,13 @@ second), so the interval arithmetic is exact; `to_json()` gives seconds.
 
 JSON document (`TimelineReport.to_json()`, `schema` = "gpu-doctor.timeline/1"):
 - `step_regex`, `window` ("region": a step is its region's span; "iteration": from one step's
-  start to the next one's), `notes` (strings), `runs`, `scaling`.
+  start to the next one's), `reader` ("c": the C extension, "python": the otf2 package's
+  callbacks, "c+python" when ranks were read both ways, "none" when no trace was read),
+  `rank_range` ("A:B" as given to --rank-range, or null), `notes` (strings), `runs`, `scaling`.
 - `runs[]`: `label`, `path`, `ranks` (count), `source` ("trace", "profile" or "none"),
-  `notes`, `rank_timelines[]`, `profiles[]`.
-- `rank_timelines[]`: `rank` (int or null), `label`, `experiment` (folder), `devices`,
+  `notes`, `experiments[]` (`path`, `notes`: each experiment folder read, what
+  `--merge` needs to put split runs back together), `rank_timelines[]`, `profiles[]`.
+- `rank_timelines[]`: `rank` (int or null), `label`, `experiment` (folder), `reader`, `devices`,
   `gpu_locations`, `resolution` (ticks/s), `events` (records in the locations read), `notes`,
   `whole_run` (a breakdown over the trace's whole clock window), and `steps`:
   `{region, count, median_wall_s, mean_wall_s, min_wall_s, max_wall_s, total, mean, list}`
@@ -141,9 +144,10 @@ class RankTimeline:
     whole_run: Breakdown
     steps: StepSummary | None
     notes: tuple[str, ...] = ()
+    reader: str = "python"
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "label": self.label, "experiment": str(self.experiment),
+        return {"rank": self.rank, "label": self.label, "experiment": str(self.experiment), "reader": self.reader,
                 "devices": list(self.devices), "gpu_locations": list(self.gpu_locations),
                 "resolution": self.resolution, "events": self.events,
                 "whole_run": self.whole_run.to_json(),
@@ -176,6 +180,17 @@ class ProfileSums:
 
 
 @dataclass(frozen=True)
+class ExperimentNotes:
+    """One experiment folder that was read, and what could not be read in it."""
+
+    path: Path
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
 class RunTimeline:
     """One run of the job: the experiment folders of its ranks."""
 
@@ -184,6 +199,7 @@ class RunTimeline:
     ranks: tuple[RankTimeline, ...]
     profiles: tuple[ProfileSums, ...]
     notes: tuple[str, ...] = ()
+    experiments: tuple[ExperimentNotes, ...] = ()
 
     @property
     def rank_count(self) -> int:
@@ -196,6 +212,7 @@ class RunTimeline:
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "path": str(self.path), "ranks": self.rank_count,
                 "source": self.source, "notes": list(self.notes),
+                "experiments": [e.to_json() for e in self.experiments],
                 "rank_timelines": [r.to_json() for r in self.ranks],
                 "profiles": [p.to_json() for p in self.profiles]}
 
@@ -220,6 +237,41 @@ class ScalingRow:
 
 
 @dataclass(frozen=True)
+class RankRange:
+    """`--rank-range A:B`: ranks A <= rank < B (either end may be left out, as in a Python slice).
+
+    A rank without a number (an experiment folder not named `..._rank_N` holding one process)
+    belongs to the range that holds rank 0, so that the ranges of a split run cover it once."""
+
+    start: int | None = None
+    stop: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> RankRange:
+        """"0:8", "8:", ":4"; raises ValueError naming the problem."""
+        head, sep, tail = text.partition(":")
+        try:
+            start = int(head) if head.strip() else None
+            stop = int(tail) if tail.strip() else None
+        except ValueError:
+            start = stop = -1
+        if not sep or (start is not None and start < 0) or (stop is not None and stop < 0):
+            raise ValueError(f"--rank-range wants A:B with whole numbers A <= rank < B, got {text!r}")
+        if start is not None and stop is not None and stop <= start:
+            raise ValueError(f"--rank-range {text}: B must be greater than A")
+        return cls(start, stop)
+
+    def __contains__(self, rank: object) -> bool:
+        number = 0 if rank is None else rank
+        if not isinstance(number, int):
+            return False
+        return (self.start is None or number >= self.start) and (self.stop is None or number < self.stop)
+
+    def __str__(self) -> str:
+        return f"{'' if self.start is None else self.start}:{'' if self.stop is None else self.stop}"
+
+
+@dataclass(frozen=True)
 class TimelineReport:
     """Everything `gpu-doctor timeline` found under its PATHs."""
 
@@ -228,13 +280,21 @@ class TimelineReport:
     runs: tuple[RunTimeline, ...]
     scaling: tuple[ScalingRow, ...]
     notes: tuple[str, ...] = ()
+    rank_range: RankRange | None = None
 
     @property
     def analysed(self) -> bool:
         """True when at least one rank's trace or profile was read."""
         return any(run.ranks or run.profiles for run in self.runs)
 
+    @property
+    def reader(self) -> str:
+        """Which reader streamed the traces: "c", "python", "c+python", or "none"."""
+        used = {rank.reader for run in self.runs for rank in run.ranks}
+        return "+".join(sorted(used)) if used else "none"
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "step_regex": self.step_regex, "window": self.window,
+                "reader": self.reader, "rank_range": str(self.rank_range) if self.rank_range else None,
                 "notes": list(self.notes), "runs": [run.to_json() for run in self.runs],
                 "scaling": [row.to_json() for row in self.scaling]}

@@ -31,7 +31,22 @@ def percent(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f} %" if whole else "-"
 
 
+READERS = {"c": "the C reader (the sweep in OTF2's callbacks, doctor.timeline._sweep)",
+           "python": "the Python reader (the otf2 package's callbacks)"}
+
+
+def reader_line(report: TimelineReport) -> str:
+    """`Events read by the C reader (...)`: which path ran."""
+    used = report.reader.split("+")
+    return "Events read by " + " and ".join(READERS.get(r, r) for r in used) + "."
+
+
 def render(report: TimelineReport, console: Console, every_step: bool = False) -> None:
+    if report.reader != "none":
+        console.print(reader_line(report), highlight=False)
+    if report.rank_range is not None:
+        console.print(f"Ranks {report.rank_range} only (--rank-range); `gpu-doctor timeline --merge` combines "
+                      "the parts' --json documents.", highlight=False)
     for run in report.runs:
         console.print(f"[bold]Run {run.label}[/bold]: {run.rank_count} rank(s), from {run.source}s  ({run.path})")
         if run.ranks:

@@ -19,6 +19,7 @@ breakdown is a difference of two snapshots.
 from __future__ import annotations
 
 from array import array
+from typing import Any
 
 from doctor.timeline.classify import Kind
 from doctor.timeline.model import Breakdown, Step, StepSummary
@@ -49,6 +50,26 @@ class RankSweep:
         self.step_total = [0] * (len(_TOTALS) + 1)
         self.step_walls = array("q")
         self.kept: list[Step] = []
+
+    @classmethod
+    def restore(cls, start: int, resolution: int, window: str, keep_steps: int,
+                state: dict[str, Any]) -> RankSweep:
+        """A sweep in the state the C reader (`_sweep.c`) left it in, ready for `finish`."""
+        sweep = cls(start, resolution, window, keep_steps)
+        sweep.last = state["last"]
+        sweep.active = list(state["active"])
+        sweep.totals = list(state["totals"])
+        sweep.unmatched_leaves = state["unmatched_leaves"]
+        sweep.out_of_order = state["out_of_order"]
+        sweep.step_depth = state["step_depth"]
+        sweep.step_open = _snapshot(state["step_open"])
+        sweep.step_closed = _snapshot(state["step_closed"])
+        sweep.step_count = state["step_count"]
+        sweep.step_total = list(state["step_total"])
+        sweep.step_walls = array("q")
+        sweep.step_walls.frombytes(state["step_walls"])
+        sweep.kept = [Step(row[0], row[1], Breakdown(resolution, *row[2:])) for row in state["kept"]]
+        return sweep
 
     def advance(self, t: int) -> None:
         """Account the time from the last event to `t` to whatever was running."""
@@ -156,3 +177,7 @@ class RankSweep:
         r = self.resolution
         return StepSummary(region, self.step_count, Breakdown(r, *self.step_total), median / r,
                            walls[0] / r, walls[-1] / r, tuple(self.kept))
+
+
+def _snapshot(value: tuple[int, list[int]] | None) -> tuple[int, list[int]] | None:
+    return None if value is None else (value[0], list(value[1]))

@@ -2,9 +2,10 @@
 
 Definitions are read whole (they are small); events are streamed through the OTF2 global event
 reader, which merges every selected location's events in time order, into one `RankSweep` per
-rank. Only Enter and Leave records are delivered to Python, and only for the locations that
-matter: the GPU locations, plus the CPU threads when a step region exists. Memory stays
-bounded whatever the trace's size.
+rank: by the C reader (`_sweep.c`: the same sweep inside OTF2's callbacks, handing back each
+rank's state) or by the Python one (one Python call per Enter/Leave record). Only the locations
+that matter are read: the GPU locations, plus the CPU threads when a step region exists.
+Memory stays bounded whatever the trace's size.
 
 Command line equivalent (roughly): `otf2-print traces.otf2 | grep -E 'ENTER|LEAVE'`, then
 adding up by hand what Vampir's Master Timeline shows.
@@ -12,19 +13,27 @@ adding up by hand what Vampir's Master Timeline shows.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from doctor.timeline import creader
 from doctor.timeline.classify import Kind, gpu_device, region_kind, role_name
+from doctor.timeline.creader import Selection
 from doctor.timeline.model import RankTimeline
 from doctor.timeline.sweep import RankSweep
 
 BATCH = 100_000
 _RANK_IN_FOLDER = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _RANK_IN_GROUP = re.compile(r"(?:rank|process)\s*(\d+)", re.IGNORECASE)
+
+
+# keep_rank(rank number or None, index among the trace's processes, their count) -> read it?
+RankFilter = Callable[[int | None, int, int], bool]
 
 
 class TraceError(Exception):
@@ -34,101 +43,127 @@ class TraceError(Exception):
 @dataclass
 class _Rank:
     group: Any
-    sweep: RankSweep
+    slot: int
     gpu_locations: list[str] = field(default_factory=list)
     devices: list[int | str] = field(default_factory=list)
     events: int = 0
 
 
 def read_trace(experiment: Path, step_regex: re.Pattern[str], window: str = "region",
-               keep_steps: int = 10_000) -> list[RankTimeline]:
-    """One `RankTimeline` per process (rank) in `experiment/traces.otf2`; raises TraceError."""
+               keep_steps: int = 10_000, reader: str = "auto",
+               keep_rank: RankFilter | None = None,
+               on_events: Callable[[int], None] | None = None) -> list[RankTimeline]:
+    """One `RankTimeline` per process (rank) in `experiment/traces.otf2`; raises TraceError.
+
+    `reader` is "c" (the C extension), "python" or "auto" (C where built); `keep_rank(number,
+    index, count)` picks ranks (by number, or by position among the trace's `count`
+    processes); `on_events` is told the records read so far, every batch."""
     import _otf2
     import otf2
 
+    path = creader.choose(reader)
     anchor = experiment / "traces.otf2"
+    _refuse_special_files(experiment)
     try:
-        reader = otf2.reader.Reader(str(anchor))
+        trace = otf2.reader.Reader(str(anchor))
     except Exception as exc:  # the otf2 package raises its own and ctypes errors alike
         raise TraceError(f"{anchor}: cannot read the trace definitions ({_reason(exc)})") from None
     try:
-        return _read(reader, experiment, step_regex, window, keep_steps, _otf2)
+        return _read(trace, experiment, step_regex, window, keep_steps, path, keep_rank, on_events, _otf2)
     except TraceError:
         raise
     except Exception as exc:
         raise TraceError(f"{anchor}: cannot read the events ({_reason(exc)})") from None
     finally:
-        reader.close()
+        trace.close()
 
 
-def _read(reader: Any, experiment: Path, step_regex: re.Pattern[str], window: str,
-          keep_steps: int, _otf2: Any) -> list[RankTimeline]:
-    import otf2
-
-    defs = reader.definitions
+def _read(trace: Any, experiment: Path, step_regex: re.Pattern[str], window: str, keep_steps: int,
+          path: str, keep_rank: RankFilter | None,
+          on_events: Callable[[int], None] | None, _otf2: Any) -> list[RankTimeline]:
+    defs = trace.definitions
     clock = defs.clock_properties
     resolution = int(clock.timer_resolution) or 1
     start, end = int(clock.global_offset), int(clock.global_offset) + int(clock.trace_length)
+    ranks, selection = _select(defs, experiment, step_regex, start, resolution, keep_rank)
+    sweeps = [RankSweep(start, resolution, window, keep_steps) for _ in ranks]
+    if selection.locations:
+        if path == creader.C:
+            try:
+                states = creader.stream(experiment / "traces.otf2", selection, window, keep_steps, len(ranks),
+                                        on_events)
+            except RuntimeError as exc:   # the OTF2 library's own words
+                raise TraceError(f"{experiment / 'traces.otf2'}: cannot read the events ({exc})") from None
+            sweeps = [RankSweep.restore(start, resolution, window, keep_steps, state) for state in states]
+        else:
+            _stream(trace, selection, sweeps, on_events, _otf2)
+    region_name = ", ".join(sorted(set(selection.step_regions.values()))) or ""
+    timelines = []
+    for (number, label), rank in ranks:
+        sweep = sweeps[rank.slot]
+        notes = sweep.finish(end)
+        if not rank.gpu_locations:
+            notes.insert(0, "no GPU locations in this rank: CUDA was not recorded (python -m scorep "
+                            "needs --cuda; see SCP002/ART002)")
+        if not selection.step_regions:
+            notes.append(f"no step region matches /{step_regex.pattern}/; only whole-run figures")
+        timelines.append(RankTimeline(
+            label=label, rank=number, experiment=experiment, devices=tuple(rank.devices),
+            gpu_locations=tuple(rank.gpu_locations), resolution=resolution, events=rank.events,
+            whole_run=sweep.whole_run(), steps=sweep.steps(region_name), notes=tuple(notes), reader=path))
+    return timelines
+
+
+def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int, resolution: int,
+            keep_rank: RankFilter | None) -> tuple[list[tuple[tuple[int | None, str], _Rank]], Selection]:
+    """The ranks (by identity, in rank order) and the locations whose events matter."""
+    import otf2
+
     kinds = {region._ref: int(region_kind(region.name, role_name(region.region_role))) for region in defs.regions}
     step_regions = {region._ref: region.name for region in defs.regions if step_regex.search(region.name)}
-
-    ranks: dict[int, _Rank] = {}
-    gpu_rank: dict[int, RankSweep] = {}
-    cpu_rank: dict[int, RankSweep] = {}
-    selected = []
     processes = [g for g in defs.location_groups
                  if g.location_group_type == otf2.LocationGroupType.PROCESS]
+    wanted = []
+    groups: dict[int, Any] = {}
     for location in defs.locations:
         is_gpu = _is_gpu(location, otf2)
-        is_cpu = location.type == otf2.LocationType.CPU_THREAD
-        if not (is_gpu or is_cpu):
-            continue
-        group = _process_of(location.group, processes, otf2)
-        key = group._ref if group is not None else -1
-        rank = ranks.get(key)
+        if is_gpu or location.type == otf2.LocationType.CPU_THREAD:
+            group = _process_of(location.group, processes, otf2)
+            groups.setdefault(_sort_key(group), group)
+            wanted.append((location, _sort_key(group), is_gpu))
+    ordered = sorted(groups)
+    ranks: list[tuple[tuple[int | None, str], _Rank]] = []
+    by_group: dict[int, _Rank] = {}
+    for index, key in enumerate(ordered):
+        identity = _rank_identity(experiment, groups[key], index, len(ordered))
+        if keep_rank is None or keep_rank(identity[0], index, len(ordered)):
+            by_group[key] = _Rank(groups[key], len(ranks))
+            ranks.append((identity, by_group[key]))
+    selected = []
+    for location, key, is_gpu in wanted:
+        rank = by_group.get(key)
         if rank is None:
-            rank = ranks[key] = _Rank(group, RankSweep(start, resolution, window, keep_steps))
+            continue
         if is_gpu:
             rank.gpu_locations.append(location.name)
             device = gpu_device(location.name)
             device_id: int | str = device if device is not None else location.group.name
             if device_id not in rank.devices:
                 rank.devices.append(device_id)
-            gpu_rank[location._ref] = rank.sweep
-            if location.number_of_events:
-                selected.append(location)
-                rank.events += int(location.number_of_events)
-        elif step_regions and location.number_of_events:
-            cpu_rank[location._ref] = rank.sweep
-            selected.append(location)
+        if location.number_of_events and (is_gpu or step_regions):
+            selected.append((location, rank.slot, is_gpu))
             rank.events += int(location.number_of_events)
-
-    if selected:
-        _stream(reader, selected, gpu_rank, cpu_rank, kinds, step_regions, _otf2)
-    region_name = ", ".join(sorted(set(step_regions.values()))) or ""
-    timelines = []
-    for index, rank in enumerate(sorted(ranks.values(), key=lambda r: _sort_key(r.group))):
-        notes = rank.sweep.finish(end)
-        if not rank.gpu_locations:
-            notes.insert(0, "no GPU locations in this rank: CUDA was not recorded (python -m scorep "
-                            "needs --cuda; see SCP002/ART002)")
-        if not step_regions:
-            notes.append(f"no step region matches /{step_regex.pattern}/; only whole-run figures")
-        number, label = _rank_identity(experiment, rank.group, index, len(ranks))
-        timelines.append(RankTimeline(
-            label=label, rank=number, experiment=experiment, devices=tuple(rank.devices),
-            gpu_locations=tuple(rank.gpu_locations), resolution=resolution, events=rank.events,
-            whole_run=rank.sweep.whole_run(), steps=rank.sweep.steps(region_name),
-            notes=tuple(notes)))
-    return timelines
+    return ranks, Selection(selected, kinds, step_regions, start, resolution)
 
 
-def _stream(reader: Any, locations: list[Any], gpu_rank: dict[int, RankSweep],
-            cpu_rank: dict[int, RankSweep], kinds: dict[int, int], step_regions: dict[int, str],
-            _otf2: Any) -> None:
-    """Run the selected locations' Enter/Leave records through the sweeps."""
-    handle = reader.handle
+def _stream(trace: Any, selection: Selection, sweeps: list[RankSweep],
+            on_events: Callable[[int], None] | None, _otf2: Any) -> None:
+    """The Python reader: run the selected locations' Enter/Leave records through the sweeps."""
+    handle = trace.handle
     default = int(Kind.COMPUTE)
+    kinds, step_regions = selection.kinds, selection.step_regions
+    gpu_rank = {loc._ref: sweeps[slot] for loc, slot, is_gpu in selection.locations if is_gpu}
+    cpu_rank = {loc._ref: sweeps[slot] for loc, slot, is_gpu in selection.locations if not is_gpu}
 
     def on_enter(location: int, time: int, _data: Any, _attributes: Any, region: int) -> None:
         sweep = gpu_rank.get(location)
@@ -148,7 +183,7 @@ def _stream(reader: Any, locations: list[Any], gpu_rank: dict[int, RankSweep],
         elif region in step_regions:
             cpu_rank[location].step_leave(time)
 
-    global_reader = _open_events(handle, locations, _otf2)
+    global_reader = _open_events(handle, [loc for loc, _, _ in selection.locations], _otf2)
     try:
         callbacks = _otf2.GlobalEvtReaderCallbacks_New()
         # Each callback must be its own function object: the binding keeps the C thunk alive
@@ -157,11 +192,34 @@ def _stream(reader: Any, locations: list[Any], gpu_rank: dict[int, RankSweep],
         _otf2.GlobalEvtReaderCallbacks_SetLeaveCallback(callbacks, on_leave)
         _otf2.GlobalEvtReader_SetCallbacks(global_reader, callbacks, None)
         _otf2.GlobalEvtReaderCallbacks_Delete(callbacks)
-        while _otf2.GlobalEvtReader_ReadEvents(global_reader, BATCH) == BATCH:
-            pass
+        done = BATCH
+        total = 0
+        while done == BATCH:
+            done = _otf2.GlobalEvtReader_ReadEvents(global_reader, BATCH)
+            total += done
+            if on_events is not None:
+                on_events(total)
     finally:
         _otf2.Reader_CloseGlobalEvtReader(handle, global_reader)
         _otf2.Reader_CloseEvtFiles(handle)
+
+
+def _refuse_special_files(experiment: Path) -> None:
+    """The OTF2 library would wait forever on a FIFO (or read a device without end): every file
+    of the archive must be a regular one."""
+    paths = [experiment / "traces.otf2", experiment / "traces.def"]
+    try:
+        with os.scandir(experiment / "traces") as entries:
+            paths += [Path(e.path) for e in entries]
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or (stat.S_ISDIR(mode) and path.parent.name == "traces")):
+            raise TraceError(f"{path}: not a regular file (a FIFO or a device?); the trace is not read")
 
 
 def _open_events(handle: Any, locations: list[Any], _otf2: Any) -> Any:

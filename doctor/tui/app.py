@@ -277,7 +277,8 @@ class DoctorApp(App[int]):
             return
         from doctor.tui.finding import FindingScreen
 
-        self.push_screen(FindingScreen(result, self.case, self.diagnosis))
+        job = self.run_result.facts.peek("job") if self.run_result else None
+        self.push_screen(FindingScreen(result, self.case, self.diagnosis, job))
 
     def action_fix(self) -> None:
         from doctor.tui.fix import FixScreen

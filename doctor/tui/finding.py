@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.markdown import Markdown
@@ -57,11 +58,13 @@ class FindingScreen(Screen[None]):
 
     BINDINGS = [Binding("escape,q", "app.pop_screen", "Back"), Binding("f", "app.fix", "Fix")]
 
-    def __init__(self, result: CheckResult, case: Case, diagnosis: Diagnosis | None = None) -> None:
+    def __init__(self, result: CheckResult, case: Case, diagnosis: Diagnosis | None = None,
+                 job: Any = None) -> None:
         super().__init__()
         self.result = result
         self.case = case
         self.diagnosis = diagnosis
+        self.job = job  # the parsed job folder (the `job` fact), for the job layers
 
     def compose(self) -> ComposeResult:
         r = self.result
@@ -82,12 +85,27 @@ class FindingScreen(Screen[None]):
                     yield Static(evidence_renderable(ev, self.case.root), classes="evidence")
             if not any(f.evidence for f in r.findings):
                 yield Static(Text("(no evidence recorded)", style="dim"))
+            launch = self.launch_renderable()
+            if launch is not None:
+                yield Static(Text("How gpu-doctor read your launch", style="bold underline"))
+                yield Static(launch, id="launch-read")
             yield Static(Text("Remedies", style="bold underline"))
             yield Static(self.remedies_renderable(), id="remedies")
             yield Static(Text("About this check", style="bold underline"))
             yield Static(Markdown(registry.get_check(r.check_id).doc or "(no documentation)"),
                          id="explain")
         yield Footer()
+
+    def launch_renderable(self) -> RenderableType | None:
+        """The process tree the job checks read (job script -> launcher -> wrapper -> program)."""
+        from doctor.jobfolder.model import Job
+
+        if not isinstance(self.job, Job) or self.result.layer in ("node", "interconnect"):
+            return None
+        from doctor.jobfolder.processes import launch_lines
+
+        lines = launch_lines(self.job)
+        return Text("\n".join(lines), style="dim") if lines else None
 
     def remedies_renderable(self) -> RenderableType:
         rows: list[RenderableType] = []

@@ -11,7 +11,7 @@ import asyncio
 import shlex
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,19 +71,27 @@ def suggested_command(case: Case, facts: dict[str, Any] | None) -> tuple[str, in
     return "train.py", nproc
 
 
-def timeline_text(workdir: Path, width: int = 130, timeout: float = 120.0) -> str:
+def timeline_text(workdir: Path, width: int = 130, timeout: float = 120.0,
+                  on_progress: Callable[[str], None] | None = None) -> str:
     """Where the time went in the run's traces (overlap-aware), as plain text; never raises.
 
     Runs `gpu-doctor timeline` in a subprocess: the OTF2 C library writes to the
     terminal's stderr on bad input (it would garble the screen) and may abort.
+    `on_progress` gets its progress lines (`[3/8] scorep_rank_2: 4,000,000 events, ...`).
     """
     import os
     import sys
 
-    from doctor.isolate import run_isolated
+    from doctor.isolate import run_followed
+
+    prefix = "gpu-doctor timeline: ["
+
+    def progress(line: str) -> None:
+        if on_progress is not None and line.startswith(prefix):
+            on_progress(line[len(prefix) - 1:])
 
     env = {**os.environ, "COLUMNS": str(width), "NO_COLOR": "1", "TERM": "dumb"}
-    res = run_isolated([sys.executable, "-m", "doctor", "timeline", str(workdir)], timeout, env=env)
+    res = run_followed([sys.executable, "-m", "doctor", "timeline", str(workdir)], timeout, progress, env=env)
     if res.timed_out:
         return f"(no time breakdown: the trace analysis took longer than {timeout:.0f} s)"
     if res.returncode != 0:
@@ -227,7 +235,11 @@ class LaunchScreen(Screen[None]):
             check = verify(spec, summary, self.started_wall)
             verdict += "\n" + check.verdict_line() + "".join(f"\n  {p}" for p in check.problems())
             if check.measured:
-                verdict += "\n" + timeline_text(spec.workdir)
+                def progress(line: str, so_far: str = verdict) -> None:
+                    self.app.call_from_thread(lambda: self.query_one("#launch-verdict", Static).update(
+                        f"{so_far}\nreading the traces: {line}"))
+
+                verdict += "\n" + timeline_text(spec.workdir, on_progress=progress)
         self.app.call_from_thread(self.run_finished, summary, verdict)
 
     def run_finished(self, summary: RunSummary, verdict: str) -> None:

@@ -1,0 +1,694 @@
+"""Walk job scripts on their tree-sitter-bash trees: commands in execution order, each with its
+environment, its arguments as spans, and the processes it starts.
+
+The walker follows what the scripts do to the environment (`export X=...`, `X=... cmd`,
+`env X=... cmd`, `set -a`, `unset`, `cd`), the links between scripts (`source`d files,
+`bash x.sh args` / `./x.sh args` with `$1 "$@" ${1:-x}` bound from the caller, shell
+functions at their call sites, `bash -c '...'`, the wrapper script that `torchrun
+--no-python` starts per rank), and records per simple command its argv (`Word`s with the
+source span of every character), the environment it runs with, the loop it runs in,
+whether it is backgrounded, and what Python it starts. What tree-sitter cannot read is
+noted, never guessed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from doctor.jobfolder import argv as argvmod
+from doctor.jobfolder.expand import RANK_VARS, Expander, Expansion, try_arith
+from doctor.jobfolder.model import (
+    TASK_WRAPPERS,
+    Command,
+    EnvVar,
+    Loop,
+    Note,
+    Piece,
+    ShellFile,
+    Site,
+    Word,
+    Wrapper,
+)
+from doctor.jobfolder.reading import Source as FileSource
+from doctor.jobfolder.reading import inside
+from doctor.jobfolder.sbatch import sbatch_options
+from doctor.jobfolder.syntax import Node, Source, errors, named
+
+MAX_DEPTH = 8
+MAX_RECOVERIES = 200
+SHELL_NAMES = {"bash", "sh", "zsh", "dash", "ksh"}
+# What torchrun / accelerate / deepspeed give every worker they start.
+WORKER_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+               "MASTER_PORT")
+STATEMENTS = {"command", "redirected_statement", "variable_assignment", "variable_assignments",
+              "declaration_command", "unset_command", "for_statement", "c_style_for_statement",
+              "while_statement", "if_statement", "case_statement", "function_definition", "list",
+              "pipeline", "subshell", "compound_statement", "negated_command"}
+
+
+@dataclass
+class ShellState:
+    """The shell's variables, options, functions and positional parameters while a script runs."""
+
+    vars: dict[str, EnvVar]
+    cwd: str
+    allexport: bool = False
+    functions: dict[str, tuple[Node, Source]] = field(default_factory=dict)
+    per_task: bool = False
+    args: tuple[Word, ...] | None = None  # None: the script's arguments are not known
+    parent: Command | None = None
+
+    def copy(self) -> ShellState:
+        return ShellState(dict(self.vars), self.cwd, self.allexport, dict(self.functions), self.per_task,
+                          self.args, self.parent)
+
+
+@dataclass
+class Ctx:
+    src: Source
+    state: ShellState
+    flow: int
+    depth: int = 0
+    loop: Loop | None = None
+    background: bool = False
+    condition: bool = False
+    wrappers: tuple[Wrapper, ...] = ()
+    heredoc: tuple[str, int, Any] | None = None  # (body, line of its first line, its span) for the command
+    top: tuple[str, int] | None = None  # (file, line) of the top-level statement being walked
+
+
+class ShellWalker:
+    """Walks job scripts; collects commands, shell files and notes."""
+
+    def __init__(self, root: str | None, read: Callable[[str], FileSource], notes: list[Note],
+                 home: str | None = None, exists: Callable[[str], bool] = os.path.isfile):
+        self.root = root
+        self.exists = exists
+        self.read = read
+        self.notes = notes
+        self.home = home
+        self.commands: list[Command] = []
+        self.files: dict[str, ShellFile] = {}
+        self.referenced: set[str] = set()
+        self._order = 0
+        self._cache: dict[str, list[Source] | None] = {}
+        self._running: set[str] = set()
+        self._texts: dict[str, str] = {}
+
+    # -- files ------------------------------------------------------------
+    def load(self, path: str, role: str = "job") -> list[Source] | None:
+        if path in self._cache:
+            return self._cache[path]
+        src = self.read(path)
+        result = None
+        if src.text is None:
+            self.notes.append(Note(path, f"{src.problem}", None, src.kind or "unreadable"))
+            self.files[path] = ShellFile(path, role, analysed=False)
+        else:
+            for n in src.notes:
+                self.notes.append(Note(path, n, None, "empty" if src.kind == "empty" else "encoding"))
+            self._texts[path] = src.text
+            result = self._chunks(Source(path, src.text))
+        self._cache[path] = result
+        return result
+
+    def _chunks(self, src: Source) -> list[Source]:
+        """The file as parts tree-sitter reads without error: a line it cannot read is noted and
+        skipped, and the rest is parsed again from the next line (so one bad line loses one line)."""
+        chunks: list[Source] = []
+        bad: list[int] = []
+        cur = src
+        for _ in range(MAX_RECOVERIES):
+            first = _first_bad_line(cur)
+            if first is None:
+                chunks.append(cur)
+                break
+            starts = [0] + [i + 1 for i, ch in enumerate(src.text) if ch == "\n"]
+            k = first - 1  # 0-based line index in the file
+            head_start = cur.base_offset
+            head_end = starts[k] if k < len(starts) else len(src.text)
+            if head_end > head_start:
+                chunks.append(Source(src.path, src.text[head_start:head_end], cur.base_line, head_start))
+            bad.append(first)
+            if k + 1 >= len(starts):
+                break
+            cur = Source(src.path, src.text[starts[k + 1]:], first, starts[k + 1])
+        for a, b in _runs(bad):
+            text = src.line_text(a)
+            where = f"line {a}" if a == b else f"lines {a}-{b}"
+            self.notes.append(Note(src.path, f"{where} not analysed: the shell parser cannot read "
+                                             f"{text[:60]!r}", a, "unparsed"))
+        return chunks
+
+    def run_file(self, path: str, state: ShellState, flow: int, role: str, depth: int = 0,
+                 wrappers: tuple[Wrapper, ...] = ()) -> None:
+        if depth > MAX_DEPTH or path in self._running:
+            return
+        chunks = self.load(path, role)
+        if chunks is None:
+            return
+        if path not in self.files:
+            text = self._texts.get(path, "")
+            self.files[path] = ShellFile(path, role, sbatch_options(path, text), lines=text.count("\n") + 1)
+        self._running.add(path)
+        try:
+            for src in chunks:
+                self.walk(src.root, Ctx(src, state, flow, depth, wrappers=wrappers))
+        finally:
+            self._running.discard(path)
+
+    def run_string(self, word: Word, ctx: Ctx) -> None:
+        """Walk a `bash -c` string where it is written (its spans stay the file's where they can)."""
+        span = word.source
+        if span is not None:
+            src = Source(ctx.src.path, word.text, span.line - 1, span.start, span.col - 1)
+        else:
+            src = Source(ctx.src.path, word.text, word.span.line - 1, word.span.start, 0)
+        self.walk(src.root, replace(ctx, src=src))
+
+    # -- statements -------------------------------------------------------
+    def walk(self, node: Node, ctx: Ctx) -> None:
+        kind = node.type
+        if kind in ("program", "do_group", "compound_statement", "subshell", "ERROR", "else_clause"):
+            inner = replace(ctx, state=ctx.state.copy()) if kind == "subshell" else ctx
+            self._block(node, inner)
+        elif kind == "list":
+            for part in named(node):
+                self.walk(part, ctx)
+        elif kind == "pipeline":
+            for part in named(node):
+                self.walk(part, replace(ctx, state=ctx.state.copy()))
+        elif kind == "negated_command":
+            for part in named(node):
+                self.walk(part, replace(ctx, condition=True))
+        elif kind == "redirected_statement":
+            self._redirected(node, ctx)
+        elif kind == "command":
+            self._command(node, ctx)
+        elif kind in ("variable_assignment", "variable_assignments"):
+            for a in ([node] if kind == "variable_assignment" else named(node)):
+                var = self._assign(a, ctx, None)
+                if var is not None:
+                    ctx.state.vars[var.name] = var
+        elif kind == "declaration_command":
+            self._declare(node, ctx)
+        elif kind == "unset_command":
+            for n in named(node)[0:]:
+                ctx.state.vars.pop(ctx.src.text_of(n), None)
+        elif kind in ("for_statement", "c_style_for_statement"):
+            self._for(node, ctx)
+        elif kind == "while_statement":
+            self._while(node, ctx)
+        elif kind == "if_statement":
+            self._if(node, ctx)
+        elif kind == "case_statement":
+            for item in (c for c in named(node) if c.type == "case_item"):
+                self._block(item, ctx, skip_patterns=True)
+        elif kind == "function_definition":
+            name = node.child_by_field_name("name")
+            body = node.child_by_field_name("body")
+            if name is not None and body is not None:
+                ctx.state.functions[ctx.src.text_of(name)] = (body, ctx.src)
+
+    def _block(self, node: Node, ctx: Ctx, skip_patterns: bool = False) -> None:
+        kids = list(node.children)
+        past_patterns = not skip_patterns
+        for k, child in enumerate(kids):
+            if not past_patterns:
+                past_patterns = child.type == ")"
+                continue
+            if not child.is_named or child.type not in STATEMENTS:
+                continue
+            bg = k + 1 < len(kids) and kids[k + 1].type == "&"
+            inner = replace(ctx, background=ctx.background or bg, state=ctx.state.copy()) if bg else ctx
+            if node.type == "program" and (ctx.top is None or ctx.top[0] != ctx.src.path):
+                inner = replace(inner, top=(ctx.src.path, ctx.src.line(ctx.src.start(child))))
+            self.walk(child, inner)
+
+    def _redirected(self, node: Node, ctx: Ctx) -> None:
+        body = node.child_by_field_name("body") or (named(node)[0] if named(node) else None)
+        heredoc = next((c for c in node.children if c.type == "heredoc_redirect"), None)
+        if body is None:
+            return
+        if heredoc is not None:
+            hb = next((c for c in heredoc.children if c.type == "heredoc_body"), None)
+            if hb is not None:
+                ctx = replace(ctx, heredoc=(ctx.src.text_of(hb), ctx.src.line(ctx.src.start(hb)),
+                                            ctx.src.node_span(hb)))
+            if body.type == "command":
+                self._command(body, ctx, extra_end=ctx.src.start(heredoc))
+                return
+        self.walk(body, ctx)
+
+    def _for(self, node: Node, ctx: Ctx) -> None:
+        src = ctx.src
+        line = src.line(src.start(node))
+        site = Site(src.path, line, src.line_text(line))
+        body = node.child_by_field_name("body")
+        if node.type == "c_style_for_statement":
+            init = node.child_by_field_name("initializer")
+            m = re.match(r"\s*([A-Za-z_]\w*)", src.text_of(init)) if init is not None else None
+            var = m.group(1) if m else None
+            loop = Loop(var, self._cfor_count(node, ctx), site, "c-for")
+        else:
+            var_node = node.child_by_field_name("variable")
+            var = src.text_of(var_node) if var_node is not None else None
+            values = [c for c in node.children_by_field_name("value")]
+            has_in = any(c.type == "in" for c in node.children)
+            loop = Loop(var, self._items_count(values, ctx) if has_in else None, site, "for")
+        if var:
+            ctx.state.vars[var] = EnvVar(var, None, f"<loop {line}>", site, exported=False, varies=True)
+        if body is not None:
+            self.walk(body, replace(ctx, loop=loop))
+
+    def _cfor_count(self, node: Node, ctx: Ctx) -> int | None:
+        parts = [node.child_by_field_name(f) for f in ("initializer", "condition", "update")]
+        if any(p is None for p in parts):
+            return None
+        init, cond, step = (ctx.src.text_of(p) for p in parts)
+        m = re.fullmatch(r"\s*\w+\s*=\s*(.+)", init)
+        c = re.fullmatch(r"\s*\$?(\w+)\s*(<=|<)\s*(.+)", cond)
+        step_ok = re.fullmatch(r"\s*(\+\+\s*\w+|\w+\s*\+\+|\w+\s*\+=\s*1|\w+\s*=\s*\w+\s*\+\s*1)\s*", step)
+        if not (m and c and step_ok):
+            return None
+        lo = try_arith(m.group(1), ctx.state.vars.get)
+        hi = try_arith(c.group(3), ctx.state.vars.get)
+        if lo is None or hi is None:
+            return None
+        return max(0, hi - lo + (1 if c.group(2) == "<=" else 0))
+
+    def _items_count(self, items: list[Node], ctx: Ctx) -> int | None:
+        total = 0
+        for item in items:
+            raw = ctx.src.text_of(item).strip()
+            if item.type == "command_substitution":
+                inner = named(item)
+                cmd = inner[0] if len(inner) == 1 and inner[0].type == "command" else None
+                words = [self._expand(w, ctx, split=False) for w in self._words_of(cmd)] if cmd else []
+                if words and words[0].value == "seq":
+                    nums = [try_arith(a.value, ctx.state.vars.get) if a.known else None for a in words[1:]]
+                    if any(v is None for v in nums) or not 1 <= len(nums) <= 3:
+                        return None
+                    vals = [int(v) for v in nums if v is not None]
+                    lo, step, hi = (1, 1, vals[0]) if len(vals) == 1 else (
+                        (vals[0], 1, vals[1]) if len(vals) == 2 else (vals[0], vals[1], vals[2]))
+                    total += len(range(lo, hi + 1, step)) if step else 0
+                    continue
+                return None
+            brace = re.fullmatch(r"\{(-?\d+)\.\.(-?\d+)\}", raw)
+            if brace:
+                lo, hi = int(brace.group(1)), int(brace.group(2))
+                total += abs(hi - lo) + 1
+                continue
+            exp = self._expand(item, ctx)
+            if not exp.known:
+                return None
+            total += len(exp.fields)
+        return total
+
+    def _while(self, node: Node, ctx: Ctx) -> None:
+        src = ctx.src
+        line = src.line(src.start(node))
+        loop = Loop(None, None, Site(src.path, line, src.line_text(line)),
+                    "until" if node.children and node.children[0].type == "until" else "while")
+        inner = replace(ctx, loop=loop)
+        body = node.child_by_field_name("body")
+        for c in node.children_by_field_name("condition"):
+            self.walk(c, replace(inner, condition=True))
+        if body is not None:
+            self.walk(body, inner)
+
+    def _if(self, node: Node, ctx: Ctx) -> None:
+        cond = False
+        for p in node.children:
+            if not p.is_named:
+                cond = p.type in ("if", "elif") or (cond and p.type not in ("then", "else"))
+                continue
+            if p.type == "elif_clause":
+                self._if(p, ctx)
+            elif p.type == "else_clause":
+                self._block(p, ctx)
+            elif p.type in STATEMENTS:
+                self.walk(p, replace(ctx, condition=True) if cond else ctx)
+
+    # -- words ------------------------------------------------------------
+    def _expand(self, node: Node, ctx: Ctx, split: bool = True) -> Expansion:
+        return Expander(ctx.src, ctx.state.vars.get, ctx.state.args, split=split, per_task=ctx.state.per_task,
+                        home=self.home, cwd=ctx.state.cwd).expand(node)
+
+    @staticmethod
+    def _words_of(cmd: Node | None) -> list[Node]:
+        if cmd is None:
+            return []
+        out = []
+        for c in cmd.children:
+            if c.type == "command_name":
+                out.extend(named(c)[:1] or [c])
+            elif c.is_named and c.type not in ("variable_assignment", "file_redirect", "herestring_redirect",
+                                                 "heredoc_redirect", "comment"):
+                out.append(c)
+        return out
+
+    def _assign(self, node: Node, ctx: Ctx, export: bool | None) -> EnvVar | None:
+        """A `NAME=value` / `NAME+=value` / `NAME=(items)` node, evaluated now."""
+        src = ctx.src
+        name_node = node.child_by_field_name("name")
+        value_node = node.child_by_field_name("value")
+        if name_node is None or name_node.type != "variable_name":
+            return None
+        name = src.text_of(name_node)
+        append = any(c.type == "+=" for c in node.children)
+        line = src.line(src.start(node))
+        site = Site(src.path, line, src.line_text(line))
+        old = ctx.state.vars.get(name)
+        exported = bool(export) or ctx.state.allexport or (old is not None and old.exported)
+        if value_node is None:
+            return EnvVar(name, "", "", site, exported, span=src.span(src.end(node), src.end(node)))
+        raw = src.text_of(value_node)
+        if value_node.type == "array":
+            items: list[str] = []
+            pieces: list[tuple[Piece, ...]] = []
+            known = True
+            for item in named(value_node):
+                exp = self._expand(item, ctx)
+                known = known and exp.known
+                items.extend(exp.values)
+                pieces.extend(tuple(f) for f in exp.fields)
+            if append and old is not None and old.items is not None:
+                items = list(old.items) + items
+                pieces = list(old.item_pieces) + pieces
+            if not known:
+                return EnvVar(name, None, raw, site, exported)
+            return EnvVar(name, " ".join(items), raw, site, exported, items=tuple(items),
+                          item_pieces=tuple(pieces), span=src.node_span(value_node))
+        exp = self._expand(value_node, ctx, split=False)
+        value: str | None = exp.value if exp.known else None
+        vpieces = exp.pieces
+        if append and old is not None:
+            value = (old.value + value) if (old.value is not None and value is not None) else None
+            vpieces = old.pieces + vpieces
+        varies = exp.varies or (ctx.state.per_task and name in RANK_VARS)
+        return EnvVar(name, value, raw, site, exported, tuple(exp.refs), varies, pieces=vpieces,
+                      span=_inside_quotes(src, value_node))
+
+    def _declare(self, node: Node, ctx: Ctx) -> None:
+        src = ctx.src
+        head = src.text_of(node.children[0]) if node.children else ""
+        opts = [src.text_of(c) for c in node.children if c.type == "word" and src.text_of(c).startswith("-")]
+        export = head == "export" or any("x" in o for o in opts if o.startswith("-"))
+        for c in named(node):
+            if c.type == "variable_assignment":
+                var = self._assign(c, ctx, export)
+                if var is not None:
+                    ctx.state.vars[var.name] = var
+            elif c.type == "variable_name":
+                name = src.text_of(c)
+                line = src.line(src.start(c))
+                if name in ctx.state.vars:
+                    if export:
+                        ctx.state.vars[name] = replace(ctx.state.vars[name], exported=True)
+                elif export or head == "local":
+                    ctx.state.vars[name] = EnvVar(name, "", "", Site(src.path, line, src.line_text(line)),
+                                                  export)
+
+    # -- simple commands --------------------------------------------------
+    def _command(self, node: Node, ctx: Ctx, extra_end: int | None = None) -> None:
+        src = ctx.src
+        start = src.start(node)
+        line = src.line(start)
+        site = Site(src.path, line, src.line_text(line))
+        prefix = [c for c in node.children if c.type == "variable_assignment"]
+        word_nodes = self._words_of(node)
+        inline = [v for a in prefix if (v := self._assign(a, ctx, None)) is not None]
+        words: list[Word] = []
+        word_lines: list[tuple[str, int]] = []
+        for w in word_nodes:
+            exp = self._expand(w, ctx)
+            words.extend(exp.words(src.node_span(w)))
+            word_lines.append((src.text_of(w), src.line(src.start(w))))
+        end = src.end(node)
+        if extra_end is not None and extra_end > end:  # `python - <<EOF`: tree-sitter drops the `-`
+            for m in re.finditer(r"\S+", src.text[end:extra_end]):
+                a, b = end + m.start(), end + m.end()
+                sp = src.span(a, b)
+                words.append(Word(m.group(), sp, (Piece(m.group(), sp),)))
+                word_lines.append((m.group(), src.line(a)))
+        argv = [w.text for w in words]
+        if not words:
+            for var in inline:
+                ctx.state.vars[var.name] = var
+            return
+        if self._builtin(argv, words, ctx, site):
+            return
+        if not words[0].known:
+            self.notes.append(Note(src.path, f"runs {src.text_of(word_nodes[0])!r}, which is only known when the "
+                                             "job runs; not followed", line, "unresolved"))
+        wrappers, rest, env_ops = argvmod.strip_wrappers(argv)
+        first = len(argv) - len(rest)
+        rest_words = words[first:]
+        wrappers = list(ctx.wrappers) + wrappers
+        env = {k: v for k, v in ctx.state.vars.items() if v.exported}
+        for var in inline:
+            env[var.name] = replace(var, exported=True)
+        for op in env_ops:
+            if op[0] == "clear":
+                env = {}
+            elif op[0] == "unset":
+                env.pop(op[1], None)
+            else:
+                env[op[1]] = var = self._env_word(op[1], words[int(op[3])], ctx)
+                inline.append(var)
+        per_task = ctx.state.per_task or any(w.name in TASK_WRAPPERS for w in wrappers)
+        if rest and self._nested_shell(rest_words, wrappers, env, ctx, site):
+            return
+        launch = argvmod.interpret(rest, lambda p: self.resolve(p, ctx.state.cwd),
+                                   lambda m: self.resolve_module(m, ctx.state.cwd, env)) if rest else None
+        if launch is not None and launch.kind == "code":
+            k = argv.index("-c", first) if "-c" in argv[first:] else -1
+            code_line = words[k + 1].span.line if 0 <= k < len(words) - 1 else line
+            code_span = words[k + 1].source if 0 <= k < len(words) - 1 else None
+            launch = replace(launch, code_line=code_line, code_span=code_span)
+        elif launch is not None and launch.kind == "stdin" and ctx.heredoc is not None:
+            launch = replace(launch, code=ctx.heredoc[0], code_line=ctx.heredoc[1], code_span=ctx.heredoc[2])
+        inner = launch
+        while inner is not None and inner.inner is not None:
+            inner = inner.inner
+        target = inner.training_target if inner is not None else None
+        if target and inner is not None and inner.training_script is None and ("$" in target or "`" in target):
+            self.notes.append(Note(src.path, f"starts {target!r}, which is only known when the job runs; not "
+                                             "followed", line, "unresolved"))
+        self._order += 1
+        end_line = src.line(max(start, end - 1))
+        cmd = Command(
+            site=site, text=src.text[start:end], argv=tuple(argv), env=env, inline=tuple(inline),
+            wrappers=tuple(wrappers), launch=launch, loop=ctx.loop, background=ctx.background,
+            condition=ctx.condition, per_task=per_task, flow=ctx.flow, order=self._order,
+            words=tuple(word_lines), end_line=end_line, argv_words=tuple(words), span=src.span(start, end),
+            parent=ctx.state.parent, cwd=ctx.state.cwd,
+            statement_line=ctx.top[1] if ctx.top is not None and ctx.top[0] == src.path else line)
+        self.commands.append(cmd)
+        if launch is not None and launch.spawner is not None and launch.spawner.no_python and launch.inner is None:
+            self._workers(cmd, rest_words, launch, ctx)
+        if rest and rest[0] in ctx.state.functions and ctx.depth < MAX_DEPTH:
+            body, def_src = ctx.state.functions[rest[0]]
+            state = ctx.state.copy()
+            state.args = tuple(rest_words[1:])
+            self.walk(body, replace(ctx, src=def_src, state=state, depth=ctx.depth + 1))
+            ctx.state.vars.update({k: v for k, v in state.vars.items()})
+
+    def _env_word(self, name: str, word: Word, ctx: Ctx) -> EnvVar:
+        """`env NAME=value`: the value's characters after the `=`, with their spans."""
+        value = word.text.split("=", 1)[1]
+        pieces: list[Piece] = []
+        skip = len(name) + 1
+        for p in word.pieces:
+            if skip >= len(p.text):
+                skip -= len(p.text)
+                continue
+            if skip:
+                from doctor.jobfolder.expand import sub_span
+
+                p = Piece(p.text[skip:], sub_span(p.span, p.text, skip, len(p.text)) if p.span else None)
+                skip = 0
+            pieces.append(p)
+        src_span = Word(value, word.span, tuple(pieces)).source
+        site = Site(ctx.src.path, word.span.line, ctx.src.line_text(word.span.line))
+        varies = word.varies or (ctx.state.per_task and name in RANK_VARS)
+        return EnvVar(name, value if word.known else None, word.text.split("=", 1)[1], site, True, (), varies,
+                      pieces=tuple(pieces), span=src_span)
+
+    def _workers(self, cmd: Command, rest: list[Word], launch: Any, ctx: Ctx) -> None:
+        """`torchrun --no-python ./wrapper.sh args`: walk the wrapper as every worker runs it."""
+        target_at = len(rest) - len(launch.training_args) - 1
+        if not 0 < target_at < len(rest):
+            return
+        target = rest[target_at]
+        args = rest[target_at + 1:]
+        if argvmod.base(target.text) in SHELL_NAMES and args:
+            target, args = args[0], args[1:]
+        path = self.resolve(target.text, ctx.state.cwd)
+        if path is None or path.endswith(".py") or not self.exists(path):
+            return
+        if self.root is not None and not inside(path, self.root):
+            self.notes.append(Note(cmd.site.file, f"torchrun runs {target.text!r}, outside the job folder; "
+                                                  "not read", cmd.site.line, "outside"))
+            return
+        env = dict(cmd.env)
+        for name in WORKER_VARS:
+            env[name] = EnvVar(name, None, f"<set by {argvmod.base(launch.interpreter)}>", None, True,
+                               varies=name in ("RANK", "LOCAL_RANK", "GROUP_RANK"))
+        state = ShellState(env, ctx.state.cwd, False, {}, True, tuple(args), cmd)
+        self.referenced.add(path)
+        self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, ())
+
+    def resolve(self, path: str, cwd: str) -> str | None:
+        """Absolute path of a script named on a command line (None when not statically known)."""
+        if not path or "$" in path or "`" in path:
+            return None
+        return os.path.normpath(os.path.join(cwd, path))
+
+    def resolve_module(self, module: str, cwd: str, env: dict[str, EnvVar]) -> str | None:
+        """`-m pkg.mod` as a file: in the working folder, the PYTHONPATH the scripts set, the job folder."""
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+            return None
+        dirs = [cwd]
+        pp = env.get("PYTHONPATH")
+        if pp is not None and pp.value:
+            dirs += [os.path.normpath(os.path.join(cwd, d)) for d in pp.value.split(":") if d]
+        if self.root is not None:
+            dirs.append(self.root)
+        parts = module.split(".")
+        for d in dict.fromkeys(dirs):
+            stem = os.path.join(d, *parts)
+            for cand in (stem + ".py", os.path.join(stem, "__main__.py")):
+                if self.exists(cand) and (self.root is None or inside(cand, self.root)):
+                    return os.path.normpath(cand)
+        return None
+
+    def _builtin(self, argv: list[str], words: list[Word], ctx: Ctx, site: Site) -> bool:
+        head = argv[0]
+        if head == "set":
+            for a in argv[1:]:
+                if a.startswith("-") and "a" in a[1:] and not a.startswith("--"):
+                    ctx.state.allexport = True
+                elif a.startswith("+") and "a" in a[1:]:
+                    ctx.state.allexport = False
+            if "allexport" in argv:
+                ctx.state.allexport = argv[argv.index("allexport") - 1] == "-o"
+            if "--" in argv and ctx.state.args is not None:
+                ctx.state.args = tuple(words[argv.index("--") + 1:])
+            return True
+        if head == "shift":
+            n = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else 1
+            if ctx.state.args is not None and not ctx.loop:
+                ctx.state.args = ctx.state.args[n:]
+            elif ctx.loop:
+                ctx.state.args = None
+            return True
+        if head in ("source", ".") and len(argv) > 1:
+            self._source(words[1], words[2:], ctx, site)
+            return True
+        if head == "cd" and len(argv) > 1:
+            if words[1].known:
+                ctx.state.cwd = os.path.normpath(os.path.join(ctx.state.cwd, argv[1]))
+            return True
+        if head in ("module", "ml"):
+            if head == "ml" or argv[1:2] in (["load"], ["add"]):
+                f = self.files.get(ctx.src.path)
+                if f is not None:
+                    self.files[ctx.src.path] = replace(f, module_loads=f.module_loads + (site,))
+            return False
+        return False
+
+    def _source(self, target: Word, args: list[Word], ctx: Ctx, site: Site) -> None:
+        path = self.resolve(target.text, ctx.state.cwd) if target.known else None
+        if path is None:
+            self.notes.append(Note(site.file, f"sources {target.text!r}, which cannot be resolved statically",
+                                   site.line, "unresolved"))
+            return
+        if self.root is not None and not inside(path, self.root):
+            self.notes.append(Note(site.file, f"sources {target.text!r}, outside the job folder; not read",
+                                   site.line, "outside"))
+            return
+        self.referenced.add(path)
+        saved = ctx.state.args
+        if args:
+            ctx.state.args = tuple(args)
+        self.run_file(path, ctx.state, ctx.flow, "sourced", ctx.depth + 1)
+        ctx.state.args = saved
+
+    def _nested_shell(self, rest: list[Word], wrappers: list[Wrapper], env: dict[str, EnvVar], ctx: Ctx,
+                      site: Site) -> bool:
+        """`bash -c '...'`, `bash x.sh args`, `./x.sh args`: walk what they run, in a new shell."""
+        head = argvmod.base(rest[0].text)
+        per_task = ctx.state.per_task or any(w.name in TASK_WRAPPERS for w in wrappers)
+        state = ShellState(dict(env), ctx.state.cwd, False, {}, per_task, None, ctx.state.parent)
+        if head in SHELL_NAMES:
+            k = 1
+            while k < len(rest) and rest[k].text.startswith("-") and rest[k].text != "-c":
+                k += 1
+            if k < len(rest) and rest[k].text == "-c" and k + 1 < len(rest):
+                state.args = tuple(rest[k + 3:])
+                self.run_string(rest[k + 1], replace(ctx, state=state, depth=ctx.depth + 1,
+                                                     wrappers=tuple(wrappers), heredoc=None))
+                return True
+            if k < len(rest):
+                state.args = tuple(rest[k + 1:])
+                return self._child(rest[k], state, wrappers, ctx, site)
+            return False
+        if rest[0].text.endswith(".sh") or rest[0].text.startswith("./"):
+            state.args = tuple(rest[1:])
+            return self._child(rest[0], state, wrappers, ctx, site)
+        return False
+
+    def _child(self, target: Word, state: ShellState, wrappers: list[Wrapper], ctx: Ctx, site: Site) -> bool:
+        path = self.resolve(target.text, ctx.state.cwd) if target.known else None
+        if path is None or not self.exists(path) or path.endswith(".py"):
+            return False
+        if self.root is not None and not inside(path, self.root):
+            self.notes.append(Note(site.file, f"runs {target.text!r}, outside the job folder; not read", site.line,
+                                   "outside"))
+            return False
+        self.referenced.add(path)
+        self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, tuple(wrappers))
+        return True
+
+
+def _inside_quotes(src: Source, node: Node) -> Any:
+    """The span of a value as written, inside its quotes when the whole value is one quoted string."""
+    a, b = src.start(node), src.end(node)
+    text = src.text[a:b]
+    if node.type in ("string", "raw_string") and len(text) >= 2:
+        return src.span(a + 1, b - 1)
+    return src.span(a, b)
+
+
+def _runs(lines: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for n in lines:
+        if out and n == out[-1][1] + 1:
+            out[-1] = (out[-1][0], n)
+        else:
+            out.append((n, n))
+    return out
+
+
+def _first_bad_line(src: Source) -> int | None:
+    """The first file line holding something tree-sitter could not read (not a statement inside an ERROR)."""
+    best: int | None = None
+    todo = errors(src.root)
+    while todo:
+        err = todo.pop()
+        for child in err.children or [err]:
+            if child.type == "ERROR" and child is not err:
+                todo.append(child)
+            elif child.type not in STATEMENTS and child.type != "comment":
+                line = src.line(src.start(child))
+                best = line if best is None else min(best, line)
+    if best is None and errors(src.root):
+        best = src.line(src.start(errors(src.root)[0]))
+    return best

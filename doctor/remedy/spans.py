@@ -1,0 +1,159 @@
+"""Remedies read the job through the checks' own model and edit its spans.
+
+`job_of(ctx)` parses the job folder as the plan has it so far (the draft), with the
+same `load_job` the `job` fact uses: a remedy sees exactly what the check saw, plus
+the edits planned before it. `SpanEdits` collects edits on `Span`s (character offsets
+in a file's text) and writes them to the draft one file at a time. Where a word came
+through a variable, its characters carry the assignment's span, so the edit goes to the
+assignment; where they have no single span, the remedy cannot edit them and says which
+file:line to change by hand.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from doctor.jobfolder.argv import ScorepWords, scorep_words
+from doctor.jobfolder.discover import load_job
+from doctor.jobfolder.model import Command, EnvVar, Job, Launch, Piece, Span, Word
+from doctor.remedy.draft import RemedyContext
+from doctor.remedy.model import CannotPlan
+from doctor.remedy.text import TextDoc
+
+
+def job_of(ctx: RemedyContext) -> Job:
+    """The job as it will be after the changes planned so far."""
+    planned = {str(p): data for p, data in ctx.draft.snapshot().items()}
+    return load_job(ctx.case, planned)
+
+
+def where(job: Job, span: Span | None, fallback: Command | None = None) -> str:
+    if span is not None:
+        return f"{job.rel(span.file)}:{span.line}"
+    if fallback is not None:
+        return f"{job.rel(fallback.site.file)}:{fallback.site.line}"
+    return "the job script"
+
+
+def pieces_span(pieces: tuple[Piece, ...], text: str | None = None) -> Span | None:
+    """The one place `pieces` are written literally and contiguously, else None."""
+    if text is not None and "".join(p.text for p in pieces) != text:
+        return None
+    return Word("".join(p.text for p in pieces), Span("", 0, 0, 0, 0, 0, 0), pieces).source if pieces else None
+
+
+def value_span(var: EnvVar) -> Span | None:
+    """Where the value of `var` is written, character for character (an empty value: where it would go)."""
+    if var.value == "" and var.span is not None:
+        return var.span
+    if var.value is None or var.items is not None:
+        return None
+    return pieces_span(var.pieces, var.value)
+
+
+def word_span(job: Job, cmd: Command, word: Word, what: str) -> Span:
+    """The span of `word`, or CannotPlan naming where it is set."""
+    span = word.source
+    if span is None or not word.known:
+        origin = word.via[-1] if word.via else None
+        at = f"{job.rel(origin.file)}:{origin.line}" if origin else where(job, word.span)
+        raise CannotPlan(f"{what} is not written as one word gpu-doctor can edit (it comes from {at})",
+                         [f"Edit {at} by hand."])
+    return span
+
+
+def at_targets(ctx: RemedyContext, pairs: list[tuple[Command, Launch]]) -> list[tuple[Command, Launch]]:
+    """The launches the findings point at (their file:line, or a line of the command), else all."""
+    points = {(os.path.realpath(str(t.file)), t.line) for t in ctx.targets() if t.file is not None and t.line}
+    hit = []
+    for cmd, launch in pairs:
+        path = os.path.realpath(cmd.site.file)
+        lines = range(cmd.site.line, max(cmd.end_line, cmd.site.line) + 1)
+        if any(p == path and ln in lines for p, ln in points) or (path, cmd.statement_line) in points:
+            hit.append((cmd, launch))
+    return hit or pairs
+
+
+def chain_root(cmd: Command) -> Command:
+    """The outermost launcher of a command that runs in a wrapper script's workers."""
+    while cmd.parent is not None:
+        cmd = cmd.parent
+    return cmd
+
+
+class SpanEdits:
+    """Edits on spans, applied to the draft file by file (one TextDoc per file, so offsets hold)."""
+
+    def __init__(self, ctx: RemedyContext):
+        self.ctx = ctx
+        self.docs: dict[str, TextDoc] = {}
+        self.lines: dict[str, int] = {}
+        self.seen: set[tuple[str, int, int, str]] = set()
+
+    def doc(self, file: str) -> TextDoc:
+        if file not in self.docs:
+            self.docs[file] = self.ctx.read_doc(Path(file))
+        return self.docs[file]
+
+    def replace(self, span: Span, text: str) -> None:
+        key = (span.file, span.start, span.end, text)
+        if key in self.seen:  # one assignment that several launches read
+            return
+        self.seen.add(key)
+        self.doc(span.file).replace(span.start, span.end, text)
+        self.lines.setdefault(span.file, span.line)
+
+    def insert(self, file: str, offset: int, line: int, text: str) -> None:
+        key = (file, offset, offset, text)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        self.doc(file).insert(offset, text)
+        self.lines.setdefault(file, line)
+
+    def insert_lines_before(self, file: str, line: int, lines: list[str], indent: str | None = None) -> None:
+        """Whole lines before `line`, indented as that line is (or by `indent`)."""
+        key = (file, line, -1, "\n".join(lines))
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        doc = self.doc(file)
+        if indent is None:
+            indent = doc.indent_of(line) if line <= doc.line_count else ""
+        doc.insert_lines_before(line, [indent + ln if ln else ln for ln in lines])
+        self.lines.setdefault(file, line)
+
+    def delete_word(self, span: Span) -> None:
+        """Remove a word with one side's blanks; a word alone on a continued line goes with its line."""
+        if (span.file, span.start, span.end, "") in self.seen:
+            return
+        self.seen.add((span.file, span.start, span.end, ""))
+        doc = self.doc(span.file)
+        text = doc.text
+        line = doc.line_of(span.start)
+        before = text[doc.line_start(line):span.start]
+        after = text[span.end:doc.line_end(line)]
+        self.lines.setdefault(span.file, span.line)
+        if not before.strip() and after.strip() in ("\\", ""):
+            doc.delete_line(line)
+            return
+        end = span.end
+        while end < len(text) and text[end] in " \t":
+            end += 1
+        if end < len(text) and text[end] not in "\r\n\"'" and end > span.end:
+            doc.replace(span.start, end, "")
+            return
+        start = span.start
+        while start > 0 and text[start - 1] in " \t":
+            start -= 1
+        doc.replace(start, span.end, "")
+
+    def write(self, kind: str, summary: str) -> None:
+        for file, doc in self.docs.items():
+            self.ctx.write_doc(Path(file), doc, kind, summary, self.lines.get(file))
+        self.docs = {}
+
+
+__all__ = ["ScorepWords", "SpanEdits", "at_targets", "chain_root", "job_of", "pieces_span", "scorep_words",
+           "value_span", "where", "word_span"]
