@@ -5,15 +5,17 @@ All are `safe`: they change how much Score-P records, not what the job computes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from doctor.jobfolder.queries import settings
+from doctor.jobfolder.scorep_values import SizeError, parse_size
 from doctor.model import Phase, Safety
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
-from doctor.remedy.edits import insert_export, launch_files, parse_size, shell_files
 from doctor.remedy.model import ENV, CannotPlan
-from doctor.remedy.shell import ShellScript
+from doctor.remedy.spans import SpanEdits, at_targets, chain_root, job_of, value_span
 from doctor.scorep_memory import PROPOSED
 
 FILTER_NAME = "scorep.filter"
@@ -34,46 +36,54 @@ def _proposals(ctx: RemedyContext, key: str = "proposed") -> list[Any]:
     return [t.data.get(key) for t in ctx.targets() if t.data.get(key) is not None]
 
 
-def _set_or_export(ctx: RemedyContext, name: str, value: str, smaller: Any) -> None:
-    """Raise NAME where the job assigns it (when `smaller(old)`), else export it before the launch."""
-    seen = False
-    for path in shell_files(ctx):
-        doc = ctx.read_doc(path)
-        for a in ShellScript(doc).assignments(name):
-            seen = True
-            if "$" in a.value:
-                ctx.note = f"{name}={a.value} is only known when the job runs; set it to {value} by hand"
-                continue
-            if not smaller(a.value):
-                ctx.note = f"{name}={a.value} is already enough"
-                continue
-            doc.replace(a.value_start, a.value_end, value)
-            ctx.write_doc(path, doc, ENV, f"{name}={a.value} -> {value}", a.word_line)
-            doc = ctx.read_doc(path)
-    if not seen:
+def _size(value: str) -> int:
+    try:
+        return parse_size(value)
+    except SizeError:
+        return 0
+
+
+def _set_or_export(ctx: RemedyContext, name: str, value: str, smaller: Callable[[str], bool]) -> None:
+    """Raise every setting of NAME the launch reads where `smaller(old)`, else export it before the launch."""
+    job = job_of(ctx)
+    found = settings(job, name)
+    if not found:
         export_before_launch(ctx, name, value)
+        return
+    edits = SpanEdits(ctx)
+    changed: list[str] = []
+    manual: list[str] = []
+    for var, _cmds in found:
+        if var.value is not None and not smaller(var.value):
+            continue
+        span = value_span(var)
+        if span is None or var.site is None or var.value is None:
+            at = f"{job.rel(var.site.file)}:{var.site.line}" if var.site is not None else "the environment"
+            manual.append(f"{name}={var.raw} ({at}) is only known when the job runs; set it to {value} there")
+            continue
+        edits.replace(span, value)
+        changed.append(f"{name}={var.value} -> {value}")
+    if changed:
+        edits.write(ENV, "; ".join(dict.fromkeys(changed)))
+    elif manual:
+        raise CannotPlan(manual[0], manual)
+    else:
+        ctx.note = f"{name} is already {value} or more"
 
 
 def export_before_launch(ctx: RemedyContext, name: str, value: str) -> Path:
-    """`export NAME=value` before the instrumented launch: after the job's other SCOREP_* exports,
-    else right above the launch line the finding names (`srun bash -c '...'`, wrappers...)."""
-    files = launch_files(ctx)
-    if files:
-        path, doc, script, launches = files[0]
-        line = insert_export(doc, script, launches[0], name, value)
-        ctx.write_doc(path, doc, ENV, f"export {name}={value}", line)
-        return Path(path)
-    for t in ctx.targets():
-        if t.file is None or t.line is None or t.file.suffix == ".py" or not t.data.get("insert_before"):
-            continue
-        doc = ctx.read_doc(t.file)
-        if t.line > doc.line_count:
-            continue
-        doc.insert_lines_before(t.line, [f"{doc.indent_of(t.line)}export {name}={value}"])
-        ctx.write_doc(t.file, doc, ENV, f"export {name}={value}", t.line)
-        return t.file
-    raise CannotPlan(f"no `python -m scorep` launch found to set {name} for",
-                     [f"Add `export {name}={value}` to the job script before the instrumented launch."])
+    """`export NAME=value` right before the statement that starts the instrumented launch the
+    findings point at (the outermost launcher when the launch runs in a wrapper's workers)."""
+    job = job_of(ctx)
+    if not job.instrumented:
+        raise CannotPlan(f"no `python -m scorep` launch found to set {name} for",
+                         [f"Add `export {name}={value}` to the job script before the instrumented launch."])
+    root = chain_root(at_targets(ctx, job.instrumented)[0][0])
+    edits = SpanEdits(ctx)
+    line = f"export {name}={value}"
+    edits.insert_lines_before(root.site.file, root.statement_line or root.site.line, [line])
+    edits.write(ENV, line)
+    return Path(root.site.file)
 
 
 @remedy("scorep-measurement-memory", Safety.SAFE,
@@ -81,10 +91,10 @@ def export_before_launch(ctx: RemedyContext, name: str, value: str) -> Path:
         phase=Phase.FLAGS, fixes=["SCP009"])
 def measurement_memory(ctx: RemedyContext) -> None:
     """Set SCOREP_TOTAL_MEMORY to the largest proposal of the findings (256M by default): raise
-    an assignment that is smaller, else export it before the instrumented launch."""
-    sizes = [(parse_size(str(p)) or 0, str(p)) for p in _proposals(ctx)] or [(parse_size(PROPOSED) or 0, PROPOSED)]
+    a setting that is smaller, else export it before the instrumented launch."""
+    sizes = [(_size(str(p)), str(p)) for p in _proposals(ctx)] or [(_size(PROPOSED), PROPOSED)]
     want, value = max(sizes)
-    _set_or_export(ctx, "SCOREP_TOTAL_MEMORY", value, lambda old: (parse_size(old) or 0) < want)
+    _set_or_export(ctx, "SCOREP_TOTAL_MEMORY", value, lambda old: _size(old) < want)
 
 
 @remedy("scorep-callpath-depth", Safety.SAFE,

@@ -202,3 +202,16 @@ def test_launch_warns_before_starting_when_the_memory_will_not_hold(tmp_path: Pa
                       env={"SCOREP_TOTAL_MEMORY": value})
     line = memory_warning(spec, spec.base_env())
     assert (line is None) if warned is None else (line is not None and warned in line)
+
+
+def test_the_diagnosis_names_scp009_as_the_cause_of_the_aborted_ranks() -> None:
+    """A job folder after a real default-memory run (logs and experiment folders as Score-P 8.4 left them)."""
+    import subprocess
+    import sys
+
+    folder = Path(__file__).resolve().parent / "fixtures" / "runs" / "default-memory-abort"
+    proc = subprocess.run([sys.executable, "-m", "doctor", "--check-only", "--playbook", "scorep-ddp", str(folder)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "root causes: SCP009 (explains ART003, ART004)" in proc.stdout + proc.stderr
+    assert "--only scorep-measurement-memory" in proc.stdout + proc.stderr
