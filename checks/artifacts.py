@@ -13,7 +13,7 @@ from typing import Any
 from doctor import registry
 from doctor.artifacts.discover import cuda_requested
 from doctor.artifacts.experiments import Experiment, Experiments
-from doctor.artifacts.jobinfo import expected_ranks, job_cuda_enable
+from doctor.artifacts.jobinfo import expected_ranks, job_cuda_enable, launch_ranks, rank_nodes
 from doctor.artifacts.logscan import LogScan
 from doctor.artifacts.signatures import SIGNATURE_CHECKS, signature_outcome
 from doctor.facts import Facts, ProbeFailure
@@ -212,7 +212,9 @@ def ranks_complete(facts: Facts) -> Outcome | list[Outcome]:
     """What it does:
     Counts the per-rank experiment folders (`scorep_rank_N`) that hold a readable trace
     or profile against the ranks the job runs (WORLD_SIZE, the task count or
-    `--nproc_per_node` in the job script; else gaps in the rank numbering). Flags
+    `--nproc_per_node` in the job script; else gaps in the rank numbering; after
+    `gpu-doctor launch`, the ranks it ran). After a multi-node launch it counts the ranks
+    per node and names the node none of whose ranks left an experiment folder. Flags
     leftover `scorep-measurement-tmp` / `scorep-failed-*` folders, folders with only
     `scorep.cfg`, empty folders, and truncated or corrupt archives.
 
@@ -245,7 +247,9 @@ def ranks_complete(facts: Facts) -> Outcome | list[Outcome]:
         outcomes.append(fail(f"{exp.dir.name} left behind: a process died before Score-P finished "
                              "its measurement", [Evidence(", ".join(exp.dir.files) or "empty", exp.path)],
                              "destroy-process-group", entities={"folder": exp.path}))
-    outcomes.extend(_missing_ranks(exps, expected_ranks(_job(facts))))
+    options = getattr(facts.case, "options", None)
+    expected = launch_ranks(options) or expected_ranks(_job(facts))
+    outcomes.extend(_missing_ranks(exps, expected, rank_nodes(options)))
     for exp in exps.folders:
         if exp.problems and exp.dir.kind not in ("tmp", "failed", "rank"):
             outcomes.append(fail(f"{exp.dir.name}: {exp.problems[0]}",
@@ -259,7 +263,8 @@ def ranks_complete(facts: Facts) -> Outcome | list[Outcome]:
     return passed(f"{len(exps.folders)} experiment folder(s), each with a readable trace or profile")
 
 
-def _missing_ranks(exps: Experiments, expected: tuple[int, Evidence] | None) -> list[Outcome]:
+def _missing_ranks(exps: Experiments, expected: tuple[int, Evidence] | None,
+                   nodes: dict[int, str] | None = None) -> list[Outcome]:
     ranks = {e.dir.rank: e for e in exps.rank_folders if e.dir.rank is not None}
     if not ranks:
         return _uncovered(exps, expected)
@@ -275,16 +280,37 @@ def _missing_ranks(exps: Experiments, expected: tuple[int, Evidence] | None) -> 
         ev = [source] + [Evidence(f"scorep_rank_{r}: not found", exps.root) for r in missing[:8]]
         ev += [Evidence(f"{ranks[r].dir.name}: {ranks[r].problems[0]}", ranks[r].path) for r in broken[:8]]
         lost = sorted(missing + broken)
-        outcomes.append(fail(
-            f"{len(complete)} of {n} ranks left a complete measurement; missing or incomplete: "
-            f"{', '.join(f'rank {r}' for r in lost[:10])}", ev, "destroy-process-group",
-            entities={"ranks": lost}))
+        by_node, empty = _per_node(nodes or {}, n, set(complete), set(missing))
+        ev += [Evidence(line, exps.root, label="per node") for line in by_node]
+        message = (f"{len(complete)} of {n} ranks left a complete measurement; missing or incomplete: "
+                   f"{', '.join(f'rank {r}' for r in lost[:10])}")
+        if empty:
+            message += "; " + "; ".join(f"no experiment folder from any rank on {node} "
+                                        f"(ranks {', '.join(map(str, ranks))})" for node, ranks in empty)
+        entities: dict[str, Any] = {"ranks": lost}
+        if empty:
+            entities["nodes"] = [node for node, _ in empty]
+        outcomes.append(fail(message, ev, "destroy-process-group", entities=entities))
     extra = sorted(r for r in ranks if r >= n)
     if extra:
         outcomes.append(warn(f"rank folders beyond the job's {n} ranks: "
                              f"{', '.join(f'scorep_rank_{r}' for r in extra[:8])} (left from another run?)",
                              [source], "destroy-process-group"))
     return outcomes
+
+
+def _per_node(nodes: dict[int, str], n: int, complete: set[int],
+              missing: set[int]) -> tuple[list[str], list[tuple[str, list[int]]]]:
+    """Per node: 'node2: 0 of 2 ranks measured (ranks 2, 3)'; and the nodes none of whose
+    ranks left an experiment folder, with their ranks."""
+    ranks_of: dict[str, list[int]] = {}
+    for r in range(n):
+        if r in nodes:
+            ranks_of.setdefault(nodes[r], []).append(r)
+    lines = [f"{node}: {len(set(rs) & complete)} of {len(rs)} ranks measured (ranks {', '.join(map(str, rs))})"
+             for node, rs in ranks_of.items()]
+    empty = [(node, rs) for node, rs in ranks_of.items() if set(rs) <= missing]
+    return lines, empty
 
 
 def _uncovered(exps: Experiments, expected: tuple[int, Evidence] | None) -> list[Outcome]:

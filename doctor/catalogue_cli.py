@@ -31,6 +31,7 @@ def explain_text(check_id: str) -> str:
     lines.append(c.doc or "(no documentation)")
     if c.depends_on:
         lines += ["", f"Depends on: {', '.join(c.depends_on)}"]
+    lines += _links(c.id)
     if c.remedies:
         lines += ["", "Remedies:"]
         for rid in c.remedies:
@@ -41,6 +42,20 @@ def explain_text(check_id: str) -> str:
             lines.append(f"  {rid} [{rem.safety.value}] {rem.title}")
             lines += [f"    {step}" for step in rem.steps]
     return "\n".join(lines)
+
+
+def _links(check_id: str) -> list[str]:
+    """The diagnosis table's lines for this check: what it can explain, what can explain it."""
+    from doctor.diagnosis import LINKS
+
+    def named(key: str) -> bool:
+        return key.partition(":")[0] == check_id
+
+    causes = [f"  {', '.join(lk.causes)} -> {lk.symptom}: {lk.why}" for lk in LINKS if named(lk.symptom)]
+    effects = [f"  {lk.symptom} <- {', '.join(k for k in lk.causes if named(k))}: {lk.why}"
+               for lk in LINKS if any(named(k) for k in lk.causes)]
+    out = ["", "Can be explained by:", *causes] if causes else []
+    return out + (["", "Can explain:", *effects] if effects else [])
 
 
 def explain_main(argv: list[str]) -> int:

@@ -47,7 +47,8 @@ def lazy_scorep_import(ctx: RemedyContext) -> None:
         "Call destroy_process_group() at the end of training", phase=Phase.CODE, fixes=["SCR002", "ART003"])
 def destroy_process_group(ctx: RemedyContext) -> None:
     lines = {t.file: t.line for t in ctx.targets()}
-    for path in ctx.files((".py",)):
+    # ART003 names the ranks that died, not a script: then the scripts the ranks run.
+    for path in ctx.files((".py",)) or ctx.entry_scripts():
         module = pyedit.parse(ctx, path)
         if "destroy_process_group" in module.code:
             ctx.note = "destroy_process_group() is already called"

@@ -119,6 +119,15 @@ def gate(root: Path, tmp: Path, *args: str) -> GateRun:
     return run_gate(gate_env(), "--quiet", *args, str(root), tmp_path=tmp)
 
 
+def bare_python(folder: Path) -> str:
+    """An interpreter without torch (a fresh venv): the framework probe then answers at once
+    instead of importing torch for GPU004, which a host without a driver skips anyway."""
+    venv = folder / "bare-venv"
+    if not venv.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    return str(venv / "bin" / "python")
+
+
 def next_command(reason: str) -> str:
     """The command at the end of a reason line ('...; next: gpu-doctor fix PATH --diff')."""
     head, sep, command = reason.rpartition("; next: ")

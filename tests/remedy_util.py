@@ -1,8 +1,8 @@
 """A job folder like the field guide's (seed 000 errors 1-11, seed 003's stream bug), and its findings.
 
 `make_job(tmp_path)` writes the broken folder; `seed_findings(job)` are the
-findings the job-folder checks raise on it (same check IDs, remedy IDs,
-evidence and data), so the remedy engine can be tested on its own.
+findings the real job-folder checks raise on it (on a node whose Score-P is not
+on the job's PATH), so the remedy engine is tested on what the checks emit.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from doctor.model import Evidence, Finding, Status
+from doctor.model import Finding
 
 SBATCH = """\
 #!/bin/bash
@@ -96,40 +96,16 @@ def make_job(root: Path, newline: str = "\n") -> Path:
     return root
 
 
-def line_of(path: Path, needle: str) -> int:
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if needle in line:
-            return i
-    raise AssertionError(f"{needle!r} not in {path}")
-
-
-def _finding(check: str, layer: str, remedy: str, path: Path, needle: str, **data: object) -> Finding:
-    line = line_of(path, needle)
-    text = path.read_text().splitlines()[line - 1].strip()
-    return Finding(check, layer, Status.FAIL, f"{check} on {path.name}:{line}",
-                   (Evidence(text, str(path), line),), (remedy,), {},
-                   {"file": str(path), "line": line, "text": text, **data})
-
-
 def seed_findings(job: Path) -> list[Finding]:
-    """What the job-folder checks raise on `make_job`'s folder."""
-    sb, tr = job / "job.sbatch", job / "train.py"
-    return [
-        _finding("SCP002", "scorep", "scorep-add-cuda", sb, "python -m scorep"),
-        _finding("SCP003", "scorep", "scorep-total-memory", sb, "SCOREP_TOTAL_MEMORY",
-                 var="SCOREP_TOTAL_MEMORY", value="4G", proposed="3500M"),
-        _finding("SCP004", "scorep", "scorep-cuda-buffer", job / "slurm-4242.out", "Proposed minimum",
-                 proposed_buffer=8889000),
-        _finding("SCP005", "scorep", "scorep-drop-dashdash", sb, "python -m scorep"),
-        _finding("LNC001", "launcher", "per-rank-launch", sb, "python -m scorep"),
-        _finding("LNC002", "launcher", "cuda-warmup", sb, "python -m scorep"),
-        _finding("SCR001", "script", "lazy-scorep-import", tr, "import scorep.user"),
-        _finding("SCR002", "script", "destroy-process-group", tr, "trainer.train()"),
-        _finding("SCR003", "script", "stream-capture-producer", tr, "stream.wait_stream"),
-        _finding("SCR004", "script", "cuda-real-op-check", tr, "assert torch.cuda.is_available()"),
-        _finding("TRN001", "trainer", "trainer-lbm-off", sb, "--load_best_model_at_end"),
-        _finding("SCP001", "scorep", "manual-scorep-install", sb, "python -m scorep"),
-    ]
+    """What the job-folder checks raise on `make_job`'s folder: SCP001-TRN001, each with its remedy."""
+    from jobfolder_util import HEALTHY, JOB_CHECKS, case_for
+
+    from doctor.runner import run_checks
+
+    node = {name: value for name, value in HEALTHY.items() if name != "logscan"}  # the log is read
+    node["scorep_install"] = {"python": "/usr/bin/python3", "notes": ["scorep-config: not found on PATH"]}
+    run = run_checks(case_for(job), list(JOB_CHECKS), budget_s=60, preset_facts=node)
+    return run.findings
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -143,3 +119,26 @@ def digest(folder: Path) -> str:
     for name, data in snapshot(folder).items():
         h.update(name.encode() + b"\0" + data)
     return h.hexdigest()
+
+
+DROPPED_LOG = ("[Score-P] src/adapters/cuda/scorep_cupti_activity.c:187: Warning: [CUPTI Activity] Dropped "
+               "85222 records. Current buffer size: 1048576 bytes\nTo avoid dropping of records increase the "
+               "buffer size!\nProposed minimum SCOREP_CUDA_BUFFER=8889000\n")
+NEVER_READY = {"state": "never_ready", "ready_attempt": None, "waited_s": 45.0, "budget_s": 45.0,
+               "attempts": [{"api": "runtime", "code": 802, "attempt": 1, "duration_s": 0.02, "timed_out": False}],
+               "last": {"api": "runtime", "code": 802, "attempt": 1, "duration_s": 0.02, "timed_out": False}}
+
+
+def raised(root: Path, *check_ids: str, host: str = "node07", **facts: object) -> list[Finding]:
+    """The open findings the real checks raise on the job folder `root`, on a healthy node unless
+    `facts` say otherwise (the job's logs are read)."""
+    from jobfolder_util import HEALTHY, case_for
+
+    from doctor.model import Status
+    from doctor.runner import run_checks
+
+    node = {name: value for name, value in HEALTHY.items() if name != "logscan"}
+    run = run_checks(case_for(root, host=host), list(check_ids), budget_s=60, preset_facts={**node, **facts})
+    found = [f for f in run.findings if f.check_id in check_ids and f.status not in (Status.PASS, Status.SKIP)]
+    assert found, f"none of {check_ids} raised anything on {root}"
+    return found

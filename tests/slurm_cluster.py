@@ -18,6 +18,7 @@ folder and log (`%n` in slurm.conf). Debian's slurmd accepts this without
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -29,6 +30,11 @@ import time
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+# One test cluster at a time on this machine (this one or tests/multinode_cluster.py): they
+# share slurmctld's and munged's ways of working, and CI runs both marks in one session.
+LOCK = Path("/run/lock/gpu-doctor-test-slurm.lock") if Path("/run/lock").is_dir() \
+    else Path("/tmp/gpu-doctor-test-slurm.lock")
+LOCK_WAIT_S = 600.0
 
 
 class SlurmUnavailable(RuntimeError):
@@ -43,6 +49,21 @@ def slurm_missing() -> str | None:
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
             return f"Slurm is not installed ({tool} missing; .ci/run installs it)"
     return None
+
+
+def cluster_lock(wait_s: float = LOCK_WAIT_S) -> int:
+    """Take the machine-wide test-cluster lock (a file descriptor; close it to release)."""
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise SlurmUnavailable(f"another test cluster held {LOCK} for {wait_s:g} s") from None
+            time.sleep(0.5)
 
 
 def free_port() -> int:
@@ -70,6 +91,7 @@ class LocalSlurm:
         self.conf = root / "slurm.conf"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self._lock: int | None = None
 
     # -- lifecycle -------------------------------------------------------
     def write_conf(self) -> None:
@@ -129,6 +151,7 @@ MinJobAge=300
 
     def start(self, timeout: float = 30.0) -> LocalSlurm:
         """Start the daemons and wait until every node is idle; on failure stop what started."""
+        self._lock = cluster_lock()
         try:
             return self._start(timeout)
         except BaseException:
@@ -137,6 +160,16 @@ MinJobAge=300
 
     def _start(self, timeout: float) -> LocalSlurm:
         self.write_conf()
+        self._start_munge(timeout)
+        self._spawn(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
+        self._wait(lambda: self._scontrol_ok(), timeout, "slurmctld did not answer")
+        for node in self.nodes:
+            self._spawn(["/usr/sbin/slurmd", "-D", "-f", str(self.conf), "-N", node])
+        self._wait(lambda: all(self.node_state(n) in ("idle", "mixed", "allocated") for n in self.nodes),
+                   timeout, "slurmd did not register")
+        return self
+
+    def _start_munge(self, timeout: float) -> None:
         munge_dir = self.root / "munge"
         key = munge_dir / "munge.key"
         if not key.exists():
@@ -148,13 +181,6 @@ MinJobAge=300
                      f"--socket={sock}", f"--pid-file={munge_dir}/munged.pid",
                      f"--log-file={munge_dir}/munged.log", f"--seed-file={munge_dir}/seed"])
         self._wait(lambda: sock.exists(), timeout, "munged did not start")
-        self._spawn(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
-        self._wait(lambda: self._scontrol_ok(), timeout, "slurmctld did not answer")
-        for node in self.nodes:
-            self._spawn(["/usr/sbin/slurmd", "-D", "-f", str(self.conf), "-N", node])
-        self._wait(lambda: all(self.node_state(n) in ("idle", "mixed", "allocated") for n in self.nodes),
-                   timeout, "slurmd did not register")
-        return self
 
     def stop(self) -> None:
         """Cancel this cluster's jobs, then stop the daemons this harness started, nothing else."""
@@ -178,6 +204,9 @@ MinJobAge=300
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.procs.clear()
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def __enter__(self) -> LocalSlurm:
         return self.start()
@@ -185,8 +214,8 @@ MinJobAge=300
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _spawn(self, argv: list[str]) -> None:
-        log = open(self.root / "log" / f"{Path(argv[0]).name}.stdout", "ab")
+    def _spawn(self, argv: list[str], log_name: str | None = None) -> None:
+        log = open(self.root / "log" / f"{log_name or Path(argv[0]).name}.stdout", "ab")
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                            env=self.env, start_new_session=True))
 

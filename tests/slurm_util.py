@@ -88,7 +88,12 @@ exit $rc
 
     def configure(self, scenario: str, gpu_doctor: Path | None = None, **knobs: Any) -> None:
         """Rewrite the conf: the next Prolog runs the gate on fake node `scenario`."""
-        env = scenario_env(scenario, self.root / "node", **knobs)
+        self.write_conf(self.conf, self.root / "node", scenario, gpu_doctor, **knobs)
+
+    def write_conf(self, conf: Path, node_dir: Path, scenario: str, gpu_doctor: Path | None = None,
+                   **knobs: Any) -> None:
+        """Write a Prolog conf whose gate sees fake node `scenario` (state in `node_dir`)."""
+        env = scenario_env(scenario, node_dir, **knobs)
         base = clean_env()
         exports = {k: v for k, v in env.items() if base.get(k) != v}
         lines = [f"GPU_DOCTOR={shlex.quote(str(gpu_doctor or self.shim))}",
@@ -96,10 +101,10 @@ exit $rc
                  f"TIMEOUT={self.timeout}",
                  "FAIL_ON=error"]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(exports.items())]
-        tmp = self.conf.with_suffix(".tmp")
+        tmp = conf.with_suffix(".tmp")
         tmp.write_text("# test copy of /etc/gpu-doctor/prolog.conf\n" + "\n".join(lines) + "\n")
         tmp.chmod(0o644)
-        tmp.replace(self.conf)   # a Prolog starting now reads the old or the new file, never half
+        tmp.replace(conf)   # a Prolog starting now reads the old or the new file, never half
 
     def verdict(self, job: str) -> dict[str, Any]:
         return json.loads((self.verdicts / f"job-{job}.json").read_text())

@@ -179,3 +179,25 @@ def test_a_failed_ranks_log_names_the_check(tmp_path: Path) -> None:
     [failure] = rank_failures(tmp_path, [1])
     assert failure.text("press f").startswith("rank 1: TRN001 — press f (load_best_model_at_end needs matching")
     assert "eval IntervalStrategy.NO" in failure.what and "on rank" not in failure.what
+
+
+def test_the_headless_launch_summary_names_the_check_of_a_failed_rank(tmp_path: Path) -> None:
+    from doctor.launch.events import RankResult, RankState, RunSummary
+    from doctor.launch.view import summary_lines
+
+    (tmp_path / "rank_1.log").write_text("ValueError: FP16 Mixed precision training with AMP or APEX ('--fp16') "
+                                         "can only be used on CUDA devices.\n")
+    ranks = tuple(RankResult(r, RankState.FAILED if r else RankState.KILLED, 1 if r else -15, 100 + r,
+                             str(tmp_path / f"rank_{r}.log"), ()) for r in (0, 1))
+    lines = summary_lines(RunSummary(1, "rank 1 failed first (exit code 1)", ranks, 1, str(tmp_path), 2.0, 2, "a:1"))
+    assert lines[-1].startswith("  rank 1: TRN002 (the FP16 ValueError: PyTorch saw no CUDA device")
+    assert lines[-1].endswith(": gpu-doctor explain TRN002")
+
+
+def test_explain_shows_a_checks_place_in_the_chains() -> None:
+    from doctor.catalogue_cli import explain_text
+
+    scr002 = explain_text("SCR002").split("Can explain:\n", 1)[1]
+    assert "  ART003 <- SCR002: a rank that dies before Score-P flushes" in scr002
+    art004 = explain_text("ART004").split("Can be explained by:\n", 1)[1]
+    assert "ART004:cuda_802, SCR001, LNC002, GPU003, GPU004, TRN002 -> ART004:fp16_valueerror" in art004

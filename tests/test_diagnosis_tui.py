@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Static  # noqa: E402
 from doctor.case import Case  # noqa: E402
 from doctor.tui.app import DoctorApp, make_app  # noqa: E402
 from doctor.tui.finding import FindingScreen  # noqa: E402
+from doctor.tui.fix import FixScreen  # noqa: E402
 from doctor.tui.options import Options  # noqa: E402
 
 
@@ -122,6 +123,8 @@ def test_the_launch_screen_names_the_check_of_a_rank_that_died(tmp_path: Path) -
         await pilot.pause()
         verdict = plain(screen.query_one("#launch-verdict", Static))
         assert "rank 1: TRN001 — press f (load_best_model_at_end needs matching strategies" in verdict, verdict
+        await pilot.press("f")  # what the line says to do
+        await until(pilot, lambda: isinstance(app.screen, FixScreen), "the fix screen")
 
     async def main() -> None:
         async with app.run_test(size=(150, 45)) as pilot:

@@ -166,7 +166,7 @@ def pump(task, proc):
 threads = [threading.Thread(target=pump, args=(t, p)) for t, p in enumerate(procs)]
 for t in threads: t.start()
 codes = {{}}
-while len(codes) < len(procs):   # --kill-on-bad-exit: the first failure ends the step
+while len(codes) < len(procs):   # --kill-on-bad-exit=1: the first failure ends the step
     for task, proc in enumerate(procs):
         if task not in codes and proc.poll() is not None:
             codes[task] = proc.returncode
@@ -174,7 +174,7 @@ while len(codes) < len(procs):   # --kill-on-bad-exit: the first failure ends th
                 print(f"srun: error: node0{{task // per_node + 1}}: task {{task}}: Exited with exit code "
                       f"{{proc.returncode}}", file=sys.stderr, flush=True)
                 for other in procs:
-                    if other.poll() is None:
+                    if other.poll() is None and opts.get("kill-on-bad-exit") == "1":
                         other.kill()
     time.sleep(0.02)
 for t in threads: t.join()
@@ -218,5 +218,6 @@ def test_srun_mode_names_the_task_srun_reports_failed(tmp_path: Path) -> None:
 
     assert summary.exit_code == 3
     assert summary.first_failed == 1
-    assert summary.reason == "rank 1 failed first (exit code 3); ranks 0, 2 were stopped"
+    # srun does not end the step (--kill-on-bad-exit=0): the launcher stops the rest after --grace.
+    assert summary.reason == "rank 1 on node02 failed first (exit code 3); stopped ranks 0, 2 after the 0.5 s grace"
     assert [r.state for r in summary.ranks] == [RankState.KILLED, RankState.FAILED, RankState.KILLED]

@@ -99,12 +99,22 @@ def test_srun_command_runs_one_instrumented_task_per_rank(tmp_path: Path) -> Non
     cmd = slurm.srun_command(spec, "node01", 29712)
     task = cmd.index("doctor.launch.srun_task")
     assert cmd[:task - 2] == [
-        "srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--kill-on-bad-exit=1", "--label",
-        "--unbuffered", f"--chdir={tmp_path}",
+        "srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--distribution=block",
+        "--kill-on-bad-exit=0", "--label", "--unbuffered", f"--chdir={tmp_path}",
         "--export=ALL,MASTER_ADDR=node01,MASTER_PORT=29712,SCOREP_TOTAL_MEMORY=256M"]
-    assert cmd[task + 1:] == ["--warmup-python", "/opt/py/bin/python", "--warmup-budget", "300",
+    assert cmd[task + 1:] == ["--rendezvous-timeout", "300", "--warmup-python", "/opt/py/bin/python", "--warmup-budget", "300",
                               "--require-cuda", "--", "/opt/py/bin/python", "-m", "scorep", "--cuda",
                               "train.py", "--max_steps", "50"]
+
+
+@pytest.mark.parametrize("line, report", [
+    ("srun: error: node2: tasks 2-3: Killed", ("node2", (2, 3), -9)),
+    ("srun: error: node1: task 0: Exited with exit code 1", ("node1", (0,), 1)),
+    ("srun: error: gpu07: tasks 0,2-3: Segmentation fault", ("gpu07", (0, 2, 3), -11)),
+    ("srun: Force Terminated StepId=1.0", None),
+])
+def test_srun_task_reports_name_the_node_and_every_task(line: str, report: object) -> None:
+    assert slurm.task_report(line) == report
 
 
 @pytest.mark.parametrize("text, hosts", [

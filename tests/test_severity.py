@@ -245,13 +245,38 @@ CLEAN_JOBS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from diagnosis_util import bare_python
+
+    return bare_python(tmp_path_factory.mktemp("bare"))
+
+
 @pytest.mark.parametrize("folder,expect", CLEAN_JOBS, ids=[c[0].name for c in CLEAN_JOBS])
-def test_the_gate_lets_realistic_clean_jobs_run(folder: Path, expect: dict[str, str], tmp_path: Path) -> None:
+def test_the_gate_lets_realistic_clean_jobs_run(folder: Path, expect: dict[str, str], tmp_path: Path,
+                                                bare: str) -> None:
     from diagnosis_util import gate
 
-    run = gate(folder, tmp_path, "--json")
+    run = gate(folder, tmp_path, "--json", "--python", bare)
     assert run.rc == 0, run.stdout + run.stderr
     assert {cid: run.status(cid) for cid in expect} == expect
     assert run.doc is not None
     if "warn" in expect.values():  # an OK verdict with a warning still names the next step
         assert str(run.doc["diagnosis"]["next"]).startswith("gpu-doctor ")
+
+
+def test_on_a_node_that_was_cold_the_gate_fails_an_unwarmed_scorep_launch(fake_node: Any, tmp_path: Path) -> None:
+    """The real runtime probe against the C fakes: the runtime answers 802 twice, then is ready."""
+    from diagnosis_util import gate_env, next_command, paste
+    from gate_util import run_gate
+
+    env = {**fake_node("transient_802", FAKE_CUDART_FAIL_FIRST=2), "PYTHONPATH": gate_env()["PYTHONPATH"]}
+    run = run_gate(env, "--quiet", "--json", str(CLEAN / "perrank-nowarmup"), tmp_path=tmp_path)
+    assert run.rc == 1 and run.status("GPU003") == "warn"
+    lnc002 = run.check("LNC002")
+    assert lnc002["status"] == "fail" and "ready only after attempt 3" in lnc002["message"]
+    text = run_gate(env, "--quiet", str(CLEAN / "perrank-nowarmup"), tmp_path=tmp_path).stdout
+    command = next_command(text)
+    assert command == f"gpu-doctor fix {CLEAN / 'perrank-nowarmup'} --only cuda-warmup --diff"
+    pasted = paste(command, tmp_path, gate_env())
+    assert pasted.returncode == 0 and "+    torch.zeros(1).cuda()" in pasted.stdout

@@ -181,4 +181,4 @@ class TestWrapperAlone:
         path, args = argv.read_text().splitlines()
         assert path == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         assert args == (f"--check-only --playbook prologue --timeout 7 --fail-on warning --json-file "
-                        f"{tmp_path / 'v' / 'job-77.json'} --quiet --expect-gpus 4")
+                        f"{tmp_path / 'v' / 'job-77.json.n1'} --quiet --expect-gpus 4")

@@ -32,6 +32,24 @@ def _var(cmd: Any, name: str) -> Any:
         return None
 
 
+def launch_ranks(options: Any) -> tuple[int, Evidence] | None:
+    """The rank count `gpu-doctor launch` ran (it knows best: its WORLD_SIZE), if it ran this."""
+    launch = options.get("launch") if isinstance(options, dict) else None
+    world = launch.get("world_size") if isinstance(launch, dict) else None
+    if isinstance(world, int) and world > 0:
+        return world, Evidence(f"gpu-doctor launch ran WORLD_SIZE={world}", label="launch")
+    return None
+
+
+def rank_nodes(options: Any) -> dict[int, str]:
+    """rank -> node of a multi-node `gpu-doctor launch` (empty when not known)."""
+    launch = options.get("launch") if isinstance(options, dict) else None
+    nodes = launch.get("rank_nodes") if isinstance(launch, dict) else None
+    if not isinstance(nodes, dict):
+        return {}
+    return {int(r): str(n) for r, n in nodes.items() if str(r).isdigit() and n}
+
+
 def expected_ranks(job: Any) -> tuple[int, Evidence] | None:
     """How many ranks the job runs, and where that was read: WORLD_SIZE on the
     instrumented command, else its task count (srun -n, a backgrounded loop), else

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from doctor.launch import rendezvous, slurm
+from doctor.launch import placement, rendezvous, slurm
 from doctor.launch.events import (
     Event,
     Note,
@@ -108,6 +108,9 @@ class Launcher:
         self._first_failed: int | None = None
         self._ended_at: dict[int, float] = {}
         self._task_codes: dict[int, int] = {}     # srun mode: per-task exit codes srun reported
+        self._nodes: dict[int, str] = {}          # srun mode: rank -> node
+        self._marks_joined: set[int] = set()      # srun mode: ranks whose task saw them join
+        self._reach: dict[int, placement.RendezvousMark] = {}   # srun mode: latest reachability
         self._done = threading.Event()
         self._started = False
         self._t0 = 0.0
@@ -259,20 +262,22 @@ class Launcher:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         spec = self.spec
         if spec.slurm_hosts:
-            addr = spec.slurm_hosts[0]
+            # The first node's address, as Slurm reaches it: never localhost across nodes.
+            addr = slurm.node_address(spec.slurm_hosts[0], spec.base_env())
             self.master_port = self.master_port or slurm.master_port_for(spec.base_env().get("SLURM_JOB_ID", ""))
             spec = replace(spec, master_addr=addr)
             argv = tuple(slurm.srun_command(spec, addr, self.master_port))
             self._procs = [_Proc(argv, tuple(range(spec.world_size)), demux=True)]
+            self._nodes = placement.rank_nodes(spec.slurm_hosts[:max(1, spec.nnodes)], spec.nproc)
             for r in range(spec.world_size):
-                self._update(r, log_path=str(self.run_dir / f"rank_{r}.log"))
+                self._update(r, log_path=str(self.run_dir / f"rank_{r}.log"), node=self._nodes.get(r, ""))
         else:
             self.master_port = self.master_port or free_port(spec.master_addr)
             self.plans = plan_ranks(spec, self.master_port, self.run_dir)
             self._procs = [_Proc(p.argv, (p.rank,)) for p in self.plans]
             for p in self.plans:
                 self._update(p.rank, log_path=p.log_path)
-        self.master = f"{spec.master_addr if not spec.slurm_hosts else spec.slurm_hosts[0]}:{self.master_port}"
+        self.master = f"{spec.master_addr}:{self.master_port}"
         self._write_plan()
         self._post(RunStarted(str(self.run_dir), spec.world_size, self.master,
                               tuple(p.argv for p in self._procs)))
@@ -282,6 +287,7 @@ class Launcher:
                         if k != "env"},
                "master": self.master,
                "processes": [{"ranks": list(p.ranks), "argv": list(p.argv)} for p in self._procs],
+               "nodes": {str(r): n for r, n in sorted(self._nodes.items())},
                "ranks": [{"rank": p.rank, "argv": list(p.argv), "env": dict(p.rank_env),
                           "cwd": p.cwd, "log": p.log_path} for p in self.plans]}
         (self.run_dir / "launch.json").write_text(json.dumps(doc, indent=2, default=str))
@@ -352,8 +358,7 @@ class Launcher:
         spec = self.spec
         grace_until: float | None = None
         kill_at: float | None = None
-        watch_rdv = (not spec.slurm_hosts and spec.rendezvous_timeout_s is not None
-                     and rendezvous.available())
+        watch_rdv = spec.rendezvous_timeout_s is not None and (bool(spec.slurm_hosts) or rendezvous.available())
         joined: set[int] = set()
         first_join: float | None = None
         next_poll = 0.0
@@ -384,7 +389,10 @@ class Launcher:
                          now: float) -> tuple[set[int], float | None, bool]:
         live = {r: s.pid for r, s in self._status.items()
                 if s.pid is not None and not s.state.final and r not in joined}
-        for r in sorted(rendezvous.joined(live, self.master_port)):
+        # Under srun each task watches its own rank (on its node) and says when it joined.
+        new = (set(live) & self._marks_joined if self.spec.slurm_hosts
+               else rendezvous.joined(live, self.master_port))
+        for r in sorted(new):
             joined.add(r)
             self._promote(r, "joined the rendezvous")
         if joined and first_join is None:
@@ -396,12 +404,16 @@ class Launcher:
             return joined, first_join, False
         timeout = self.spec.rendezvous_timeout_s or 0.0
         if first_join is not None and now - first_join > timeout:
-            detail = "; ".join(f"rank {r} ({self._status[r].state.value}, last line: "
+            detail = "; ".join(f"rank {r}{self._on(r)} ({self._status[r].state.value}, last line: "
                                f"{self._status[r].last_line[-120:] or '(none)'!r})" for r in missing)
             reason = (f"rendezvous timed out: {len(joined)} of {len(self._status)} ranks joined "
                       f"{self.master} within {timeout:g} s of the first; not joined: {detail}. "
                       "A rank that never calls init_process_group, a wrong MASTER_ADDR/MASTER_PORT "
                       "or a blocked port keeps the others waiting")
+            blocked = [self._reach[r] for r in missing if r in self._reach and self._reach[r].what == "unreachable"]
+            if blocked:
+                reason = "; ".join(f"rank {m.rank} on {m.node} cannot reach {self.master}"
+                                   + (f" ({m.detail})" if m.detail else "") for m in blocked) + "; " + reason
             self._stop_request = self._stop_request or (reason, EXIT_RENDEZVOUS_TIMEOUT)
             return joined, first_join, False
         return joined, first_join, True
@@ -461,16 +473,50 @@ class Launcher:
         for line in lines:
             rank, text = slurm.split_label(line)
             if rank is None or rank not in self._status:
-                failed = slurm.task_failure(line)
-                if failed and failed[0] in self._status:
-                    self._task_codes.setdefault(failed[0], failed[1])
+                report = slurm.task_report(line)
+                if report:
+                    self._tasks_ended(*report)
                 self._post(Note("info", line if line.startswith("srun") else f"srun: {line}"))
                 continue
+            if text.startswith(placement.MARK):
+                self._rendezvous_mark(rank, text)
             by_rank.setdefault(rank, []).append(text)
         for rank, texts in by_rank.items():
             data = ("\n".join(texts) + "\n").encode("utf-8", "replace")
             self._logs[rank].write(data)
             self._output(rank, texts, None, len(data))
+
+    def _on(self, rank: int) -> str:
+        node = self._nodes.get(rank)
+        return f" on {node}" if node else ""
+
+    def _rendezvous_mark(self, rank: int, text: str) -> None:
+        mark = placement.parse_mark(text)
+        if mark is None or mark.rank != rank:
+            return
+        if mark.what == "joined":
+            self._marks_joined.add(rank)
+        else:
+            self._reach[rank] = mark
+
+    def _tasks_ended(self, node: str, tasks: tuple[int, ...], code: int) -> None:
+        """srun said these tasks ended (only failures are reported): end their ranks now,
+        so that the grace period starts while the others still run."""
+        for rank in tasks:
+            if rank not in self._status or rank in self._task_codes:
+                continue
+            self._task_codes[rank] = code
+            self._nodes[rank] = node
+            state = RankState.KILLED if self._stopping else RankState.FAILED
+            if state == RankState.FAILED and self._first_failed is None:
+                self._first_failed = rank
+            self._ended_at[rank] = time.monotonic()
+            self._update(rank, state=state, returncode=code, node=node)
+            self._post(RankStateChanged(rank, state, f"exit code {code} on {node}"))
+            self._post(RankExited(rank, code, state))
+        step = next((p for p in self._procs if p.demux), None)
+        if step is not None:
+            self._inbox.put(step)   # wakes the watcher: the grace period starts
 
     def _promote(self, rank: int, detail: str) -> None:
         """STARTING -> RUNNING, once."""
@@ -534,9 +580,12 @@ class Launcher:
 
     def _proc_exited(self, proc: _Proc, code: int) -> None:
         now = time.monotonic()
-        if proc.demux and self._task_codes and self._first_failed is None:
-            self._first_failed = next(iter(self._task_codes))
         for r in proc.ranks:
+            if proc.demux and r in self._task_codes and self._status[r].state.final:
+                log = self._logs.pop(r, None)
+                if log is not None:
+                    log.close()
+                continue   # ended when srun reported it
             state, rank_code = self._rank_outcome(proc, r, code)
             if state == RankState.FAILED and self._first_failed is None:
                 self._first_failed = r
@@ -553,7 +602,7 @@ class Launcher:
     # ---- the end ----------------------------------------------------------------------------
 
     def _finish(self, warmup_failed: str | None = None, internal_error: str | None = None) -> None:
-        results = tuple(RankResult(r, s.state, s.returncode, s.pid, s.log_path, tuple(self._tails[r]))
+        results = tuple(RankResult(r, s.state, s.returncode, s.pid, s.log_path, tuple(self._tails[r]), s.node)
                         for r, s in sorted(self._status.items()))
         n = len(results)
         stopped = self._stopping or self._stop_request
@@ -565,7 +614,9 @@ class Launcher:
         elif self._first_failed is not None:
             first = results[self._first_failed]
             code = shell_code(first.returncode)
-            reason = f"rank {first.rank} failed first ({first.ended_text})"
+            reason = f"rank {first.rank}{self._on(first.rank)} failed first ({first.ended_text})"
+            for node, ranks in placement.lost_nodes(results, self._nodes).items():
+                reason += f"; lost {node}: {placement.ranks_text(ranks)}"
             if killed:
                 which = f"rank{'s' if len(killed) > 1 else ''} {', '.join(map(str, killed))}"
                 if not stopped:

@@ -65,6 +65,7 @@ class RankStatus:
     log_path: str = ""
     lines: int = 0
     bytes: int = 0
+    node: str = ""              # multi-node launches: the node the rank runs on
 
     @property
     def signal(self) -> str | None:
@@ -92,6 +93,7 @@ class RankResult:
     pid: int | None
     log_path: str
     last_lines: tuple[str, ...]
+    node: str = ""
 
     @property
     def signal(self) -> str | None:

@@ -78,3 +78,24 @@ def joined(pids: dict[int, int], port: int) -> set[int]:
     if not inodes:
         return set()
     return {rank for rank, pid in pids.items() if socket_inodes(pid) & inodes}
+
+
+SYN_SENT = "02"
+
+
+def connecting(pid: int, port: int) -> bool:
+    """True while the process (or a descendant) has a connection to `port` that got no answer yet.
+
+    A socket left in SYN-SENT is what a firewall that drops the packets looks like."""
+    want = f":{port:04X}"
+    inodes: set[str] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            text = (PROC / "net" / table).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 9 and cols[2].endswith(want) and cols[3] == SYN_SENT:
+                inodes.add(cols[9])
+    return bool(inodes and socket_inodes(pid) & inodes)

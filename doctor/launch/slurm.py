@@ -15,6 +15,7 @@ Shell equivalent (2 nodes x 4 ranks):
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shutil
 import subprocess
@@ -92,6 +93,35 @@ def current_allocation(env: Mapping[str, str]) -> Allocation | None:
     return Allocation(env.get("SLURM_JOB_ID", ""), nnodes, nodelist, hosts)
 
 
+def _is_loopback(addr: str) -> bool:
+    if addr.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+def node_address(host: str, env: Mapping[str, str] | None = None) -> str:
+    """Where the other nodes reach `host`: Slurm's NodeAddr for it, else its name.
+
+    Slurm reaches its nodes at NodeAddr (which need not resolve from the node name);
+    a loopback NodeAddr is only good on that one machine, so the name is used then.
+    Shell equivalent: `scontrol show node HOST -o | grep -o 'NodeAddr=[^ ]*'`.
+    """
+    scontrol = shutil.which("scontrol", path=(env or {}).get("PATH") if env else None)
+    if not scontrol:
+        return host
+    try:
+        out = subprocess.run([scontrol, "show", "node", host, "-o"], capture_output=True, text=True,
+                             timeout=10, check=False, env=dict(env) if env else None)
+    except (OSError, subprocess.TimeoutExpired):
+        return host
+    m = re.search(r"\bNodeAddr=(\S+)", out.stdout)
+    addr = m.group(1) if m and out.returncode == 0 else ""
+    return addr if addr and not _is_loopback(addr) else host
+
+
 def master_port_for(job_id: str) -> int:
     """A port every node agrees on without talking: derived from the job id."""
     digits = "".join(c for c in job_id if c.isdigit()) or "0"
@@ -103,6 +133,8 @@ def srun_command(spec: LaunchSpec, master_addr: str, master_port: int,
     """The one `srun` step that runs every rank of a multi-node launch."""
     nnodes = max(1, spec.nnodes)
     task = [sys.executable, "-m", "doctor.launch.srun_task"]
+    if spec.rendezvous_timeout_s:
+        task += ["--rendezvous-timeout", f"{spec.rendezvous_timeout_s:g}"]
     if spec.warmup:
         task += ["--warmup-python", spec.python, "--warmup-budget", f"{spec.warmup_budget_s:g}"]
         if spec.cuda_required:
@@ -111,7 +143,9 @@ def srun_command(spec: LaunchSpec, master_addr: str, master_port: int,
     memory = f",SCOREP_TOTAL_MEMORY={total}" if total else ""
     return [
         srun, f"--nodes={nnodes}", f"--ntasks={nnodes * spec.nproc}",
-        f"--ntasks-per-node={spec.nproc}", "--kill-on-bad-exit=1", "--label", "--unbuffered",
+        f"--ntasks-per-node={spec.nproc}", "--distribution=block",
+        # The launcher stops the other ranks after --grace itself (srun would at once).
+        "--kill-on-bad-exit=0", "--label", "--unbuffered",
         f"--chdir={spec.workdir}",
         f"--export=ALL,MASTER_ADDR={master_addr},MASTER_PORT={master_port}{memory}",
         *task, "--", *rank_command(spec),
@@ -127,19 +161,27 @@ def split_label(line: str) -> tuple[int | None, str]:
     return (int(m.group(1)), m.group(2)) if m else (None, line)
 
 
-_TASK_END = re.compile(r"task (\d+): (?:Exited with exit code (\d+)|(\w[\w ]*?))\s*$")
 _SIGNALS = {"Killed": -9, "Terminated": -15, "Segmentation fault": -11, "Aborted": -6, "Hangup": -1,
             "Interrupt": -2, "Bus error": -7}
 
 
-def task_failure(line: str) -> tuple[int, int] | None:
-    """srun's `srun: error: node02: task 3: Exited with exit code 2` -> (3, 2);
-    `task 1: Segmentation fault` -> (1, -11), a returncode in Popen's convention."""
-    if not line.startswith("srun:"):
-        return None
-    m = _TASK_END.search(line)
+_REPORT = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (?:Exited with exit code (\d+)|(\w[\w ]*?))\s*$")
+
+
+def _task_ids(text: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            out.extend(range(int(lo), int(hi) + 1) if hi.isdigit() else [int(lo)])
+    return tuple(out)
+
+
+def task_report(line: str) -> tuple[str, tuple[int, ...], int] | None:
+    """`srun: error: node2: tasks 2-3: Killed` -> ("node2", (2, 3), -9);
+    `srun: error: node1: task 0: Exited with exit code 1` -> ("node1", (0,), 1)."""
+    m = _REPORT.match(line.strip())
     if not m:
         return None
-    if m.group(2):
-        return int(m.group(1)), int(m.group(2))
-    return int(m.group(1)), _SIGNALS.get(m.group(3), -9)
+    code = int(m.group(3)) if m.group(3) else _SIGNALS.get(m.group(4), -9)
+    return m.group(1), _task_ids(m.group(2)), code

@@ -3,11 +3,16 @@
 Usage (built by `doctor.launch.slurm.srun_command`, not typed by people):
 
     python -m doctor.launch.srun_task [--warmup-python P [--warmup-budget S] [--require-cuda]] \\
-        -- python -m scorep --cuda train.py ...
+        [--rendezvous-timeout S] -- python -m scorep --cuda train.py ...
+
+With --rendezvous-timeout the task stays as the rank's parent and watches, on its own
+node, whether the rank joined the rendezvous at MASTER_ADDR:MASTER_PORT, saying so in
+one marker line (doctor.launch.placement) that the launcher reads through srun's output;
+otherwise the wrapped command replaces this process.
 
 Exit codes: 2 when not inside an srun task or MASTER_ADDR/MASTER_PORT are
 missing; 1 when the warm-up finds CUDA broken (or absent with --require-cuda);
-otherwise the wrapped command replaces this process.
+otherwise the rank's own (a rank killed by signal N: this task dies of N too).
 """
 
 from __future__ import annotations
@@ -15,10 +20,18 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
+from doctor.launch import placement, rendezvous
 from doctor.launch.spec import experiment_dir
+
+SYN_SENT_S = 2.0          # a connection attempt unanswered this long: a firewall drops it
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class TaskError(Exception):
@@ -71,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--warmup-python")
     p.add_argument("--warmup-budget", type=float, default=300.0)
     p.add_argument("--require-cuda", action="store_true")
+    p.add_argument("--rendezvous-timeout", type=float, default=0.0)
     args = p.parse_args(argv[:cut])
     command = argv[cut + 1:]
     if not command:
@@ -89,12 +103,96 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-doctor warm-up on {host}: {res.describe()}", file=sys.stderr, flush=True)
         if not res.ok and (not res.no_cuda or args.require_cuda):
             return 1
+    if args.rendezvous_timeout > 0 and rendezvous.available():
+        return supervise(command, env, args.rendezvous_timeout)
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:
         print(f"srun_task: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 127
     return 0  # not reached
+
+
+def reachable(addr: str, port: int, timeout: float = 3.0) -> tuple[bool, str]:
+    """Can this node open a TCP connection to addr:port? (and why not)."""
+    try:
+        with socket.create_connection((addr, port), timeout=timeout):
+            return True, ""
+    except TimeoutError:
+        return False, f"connect timed out after {timeout:g} s"
+    except OSError as exc:
+        return False, f"connect: {exc.strerror or exc}"
+
+
+def is_local(addr: str) -> bool:
+    """Is addr one of this node's own addresses?"""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET) as s:
+            s.bind((addr, 0))
+        return True
+    except OSError:
+        return False
+
+
+def supervise(command: list[str], env: dict[str, str], timeout: float) -> int:
+    """Run the rank as a child; say when it joins the rendezvous, or that it cannot reach it."""
+    rank, node = int(env["RANK"]), os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    master = f"{addr}:{port}"
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        print(f"srun_task: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 127
+    for sig in FORWARDED:
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    probe_every = min(30.0, max(5.0, timeout / 2))
+    # The master's own node needs no probe (and its store may not be up yet).
+    next_probe = float("inf") if is_local(addr) else time.monotonic() + probe_every
+    syn_since: float | None = None
+    said: bool | None = None          # the last reachability we reported
+    joined = False
+    while child.poll() is None:
+        try:
+            child.wait(timeout=0.25)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if joined:
+            continue
+        now = time.monotonic()
+        if rendezvous.joined({rank: child.pid}, port):
+            joined = True
+            say(placement.joined_line(rank, node, master))
+            continue
+        if rendezvous.connecting(child.pid, port):
+            syn_since = syn_since or now
+            if now - syn_since >= SYN_SENT_S and said is not False:
+                said = False
+                say(placement.reach_line(rank, node, master, False, "no answer to the connection attempt"))
+        else:
+            syn_since = None
+        if now >= next_probe:
+            next_probe = now + probe_every
+            ok, why = reachable(addr, port)
+            if ok != said and not (ok and syn_since):
+                said = ok
+                say(placement.reach_line(rank, node, master, ok, why))
+    return exit_like(child.returncode)
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def exit_like(code: int) -> int:
+    """The rank's exit status as ours; for a signal, die of it, so srun reports it as such."""
+    if code >= 0:
+        return code
+    if -code not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+    return 128 - code
 
 
 if __name__ == "__main__":

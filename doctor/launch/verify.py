@@ -119,6 +119,7 @@ def verify(spec: LaunchSpec, summary: RunSummary, started_wall: float,
                 options={"launch": {"world_size": summary.world_size, "instrument": spec.instrument,
                                     "scorep_flags": list(spec.scorep_flags),
                                     "experiment_dirs": [f.path for f in folders],
+                                    "rank_nodes": {r.rank: r.node for r in summary.ranks if r.node},
                                     "run_dir": summary.run_dir}})
     try:
         art = run_art_checks(case, budget_s)

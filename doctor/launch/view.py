@@ -73,12 +73,15 @@ def rank_table(statuses: tuple[RankStatus, ...]) -> Any:
     from rich.table import Table
 
     table = Table(title="ranks", expand=True, title_justify="left")
+    several_nodes = any(s.node for s in statuses)
+    if several_nodes:
+        table.add_column("node")
     for col, kw in (("rank", {"justify": "right"}), ("state", {}), ("pid", {"justify": "right"}),
                     ("progress", {}), ("exit", {}), ("last line", {"ratio": 1, "no_wrap": True,
                                                                    "overflow": "ellipsis"})):
         table.add_column(col, **kw)  # type: ignore[arg-type]
     for s in statuses:
-        table.add_row(str(s.rank), f"[{STATE_STYLE[s.state]}]{s.state.value}[/]",
+        table.add_row(*([s.node] if several_nodes else []), str(s.rank), f"[{STATE_STYLE[s.state]}]{s.state.value}[/]",
                       str(s.pid or ""), s.progress_text, ended_text(s.returncode, s.state),
                       s.last_line.replace("[", r"\["))
     return table
@@ -147,9 +150,16 @@ def summary_lines(summary: RunSummary, tail: int = 10) -> list[str]:
     """The end-of-run summary for people: the reason, each rank, the first failure's last lines."""
     lines = [summary.reason + f" ({summary.duration_s:.1f} s, exit code {summary.exit_code})"]
     for r in summary.ranks:
-        lines.append(f"  rank {r.rank:<3} {r.state.value:<8} {r.ended_text:<20} log {r.log_path}")
+        node = f"{r.node:<10} " if r.node else ""
+        lines.append(f"  rank {r.rank:<3} {node}{r.state.value:<8} {r.ended_text:<20} log {r.log_path}")
     if summary.first_failed is not None:
         first = summary.rank(summary.first_failed)
         lines.append(f"  last lines of rank {first.rank} ({first.log_path}):")
         lines.extend(f"    | {line}" for line in first.last_lines[-tail:])
+    failed = [r.rank for r in summary.ranks if r.state == "failed"]  # died, not stopped by us
+    if failed:
+        from doctor.launch.failures import rank_failures
+
+        for f in rank_failures(summary.run_dir, failed):
+            lines.append(f"  {f.text()}: gpu-doctor explain {f.check_id}")
     return lines

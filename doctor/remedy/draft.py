@@ -146,12 +146,23 @@ class RemedyContext:
         return out
 
     def files(self, suffixes: tuple[str, ...] = ()) -> list[Path]:
-        """The distinct files the findings point at (optionally only these suffixes)."""
+        """The distinct files the findings point at (optionally only these suffixes).
+
+        A finding about what a run left (the artifacts layer) points at experiment folders and
+        logs, not at files to edit: its remedy finds the job's own files (`shell_files`).
+        """
+        left_by_run = {f.check_id for f in self.findings if f.layer == "artifacts"}
         seen: dict[Path, None] = {}
         for t in self._raw_targets():
-            if t.file is not None and (not suffixes or t.file.suffix in suffixes):
+            if t.file is not None and t.check_id not in left_by_run and (not suffixes or t.file.suffix in suffixes):
                 seen.setdefault(t.file, None)
         return list(seen)
+
+    def entry_scripts(self) -> list[Path]:
+        """The training scripts the job's ranks run, from the parsed job folder (none without it)."""
+        job = self.facts.get("job") if self.facts is not None else None
+        scripts = getattr(job, "entry_scripts", None)
+        return [p for p in (self.resolve(s.path) for s in scripts()) if p is not None] if callable(scripts) else []
 
     def read_doc(self, path: Path) -> TextDoc:
         data = self.draft.read(path)

@@ -67,9 +67,16 @@ node=${SLURMD_NODENAME:-$(hostname -s)}
 job=${SLURM_JOB_ID:-nojob}
 
 mkdir -p "$VERDICT_DIR" 2>/dev/null
-json="$VERDICT_DIR/job-$job.json"
-line="$VERDICT_DIR/job-$job.txt"
-rm -f "$json"   # a requeued job runs the Prolog again: its verdict is this run's, or none
+# The Prologs of a multi-node job run at once, one per node, on a shared VERDICT_DIR: each
+# writes its own files first, so the node-$node.* copies are always that node's verdict;
+# the per-job files then hold the last node's.
+json="$VERDICT_DIR/job-$job.json.$node"
+line="$VERDICT_DIR/job-$job.txt.$node"
+rm -f "$VERDICT_DIR/job-$job.json"   # a requeued job runs the Prolog again: its verdict is this run's, or none
+publish() {
+    mv -f "$json" "$VERDICT_DIR/job-$job.json" 2>/dev/null
+    mv -f "$line" "$VERDICT_DIR/job-$job.txt" 2>/dev/null
+}
 
 # shellcheck disable=SC2086
 $limit "$GPU_DOCTOR" --check-only --playbook prologue --timeout "$TIMEOUT" --fail-on "$FAIL_ON" \
@@ -78,22 +85,27 @@ rc=$?
 
 case $rc in
     0)
+        publish
         exit 0 ;;
     1)
         # A node fault: keep the reason where the admin looks, and let Slurm drain the node.
         cp "$line" "$VERDICT_DIR/node-$node.txt" 2>/dev/null
         cp "$json" "$VERDICT_DIR/node-$node.json" 2>/dev/null
         cat "$line" >&2
+        publish
         exit 1 ;;
     124|137)
         # Killed by HARD_LIMIT: no verdict, most likely a driver call that never returns.
         echo "gpu-doctor prolog: FAIL on $node: the gate did not finish within $HARD_LIMIT s" \
             "(exit $rc; a driver call that never returns?); node drained" >>"$line"
         cp "$line" "$VERDICT_DIR/node-$node.txt" 2>/dev/null
-        rm -f "$VERDICT_DIR/node-$node.json"
+        rm -f "$VERDICT_DIR/node-$node.json" "$json"
         cat "$line" >&2
+        publish
         exit 1 ;;
     *)
         echo "gpu-doctor prolog: the gate could not run (exit $rc); node not drained" >>"$line"
+        rm -f "$json"
+        publish
         exit 0 ;;
 esac

@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
 from doctor.case import Case
-from doctor.diagnosis import Diagnosis
+from doctor.diagnosis import Diagnosis, diagnose
 from doctor.model import CheckResult, Status
 from doctor.playbook import load_playbook
 from doctor.runner import CheckFinished, CheckStarted, Event, Run, run_checks
@@ -206,8 +206,6 @@ class DoctorApp(App[int]):
     def checks_done(self, message: ChecksDone) -> None:
         self.run_result = message.run
         self.update_verdict()
-        from doctor.diagnosis import diagnose
-
         self.diagnosis = diagnose(message.run)
         self.query_one(DiagnosisPanel).show(self.diagnosis)
         self.show_rows()

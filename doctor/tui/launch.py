@@ -224,7 +224,7 @@ class LaunchScreen(Screen[None]):
         summary = launcher.wait()
         assert summary is not None
         verdict = f"exit {summary.exit_code}: {summary.reason}"
-        failed = [r.rank for r in summary.ranks if r.returncode not in (0, None)]
+        failed = [r.rank for r in summary.ranks if r.state == "failed"]  # died, not stopped by us
         if failed:
             from doctor.launch.failures import rank_failures
 

@@ -5,7 +5,8 @@ Like the real wrapper it takes the flags before the script and refuses `--`
 records what it was given to $FAKE_SCOREP_RECORD_DIR/wrapper_<pid>.json,
 creates the experiment folder (failing like Score-P if it already exists:
 two ranks sharing a folder collide), runs the script in this process, and
-leaves a placeholder profile.cubex when the script ends (os._exit included).
+leaves a placeholder profile.cubex when the script ends (os._exit included);
+with FAKE_SCOREP_PROFILE=cube a real, readable Cube profile (tests/tracegen.py) instead.
 
 Used only where real Score-P (tests/test_scorep_real.py) cannot do the job: the launcher's
 process-control tests (signals, hangs, floods, grandchildren: a rank must do exactly what the
@@ -56,8 +57,17 @@ def main() -> None:
     print(f"fake scorep: measuring {script} into {exp}", flush=True)
     real_exit = os._exit
 
+    def flush() -> None:
+        if os.environ.get("FAKE_SCOREP_PROFILE") == "cube":
+            sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+            from tracegen import Process, write_profile
+
+            write_profile(exp, [Process()])
+        else:
+            (exp / "profile.cubex").write_bytes(b"")
+
     def flush_then_exit(code: int) -> None:   # the stand-in "flushes" even on os._exit
-        (exp / "profile.cubex").write_bytes(b"")
+        flush()
         real_exit(code)
 
     os._exit = flush_then_exit
@@ -65,7 +75,7 @@ def main() -> None:
     try:
         runpy.run_path(script, run_name="__main__")
     finally:
-        (exp / "profile.cubex").write_bytes(b"")
+        flush()
 
 
 main()

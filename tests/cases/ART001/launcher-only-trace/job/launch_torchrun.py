@@ -1,0 +1,5 @@
+import sys
+
+from torch.distributed.run import main
+
+sys.exit(main())

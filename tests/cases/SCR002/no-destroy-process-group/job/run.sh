@@ -1,0 +1,2 @@
+#!/bin/bash
+python -m scorep --cuda train_ddp.py

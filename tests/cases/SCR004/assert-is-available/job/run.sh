@@ -1,0 +1,2 @@
+#!/bin/bash
+python -m scorep --cuda finetune.py --epochs 2

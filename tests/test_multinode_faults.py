@@ -1,0 +1,140 @@
+"""What breaks across nodes, on the 3-node cluster: a node's ranks lost mid-run, and a
+rendezvous port that a firewall on one node blocks. Real gloo DDP ranks, real srun.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from multinode_cluster import IFNAME, MultiNodeSlurm, node_address, three_nodes
+from slurm_cluster import free_port
+from slurm_util import PYTHON, job_env, poll, write_exec
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.slow, pytest.mark.multinode]
+
+# A gloo DDP job that trains until told to stop. When a peer dies, gloo raises at the next
+# collective; NCCL would block there until its timeout instead: the job does the NCCL thing
+# (waits), so that only the launcher's --grace can end the survivors.
+LONG_DDP = r'''
+import os, sys, threading, time
+import torch
+import torch.distributed as dist
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+print(f"rank {rank} on {os.environ.get('SLURMD_NODENAME')} pid {os.getpid()} training", flush=True)
+try:
+    for step in range(1, 100000):
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        print(f"step {step}", flush=True)
+        time.sleep(0.1)
+except RuntimeError as exc:
+    print(f"rank {rank}: collective failed: {str(exc)[:120]}; waiting for the lost peers", flush=True)
+    threading.Event().wait()
+'''
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[MultiNodeSlurm]:
+    with three_nodes(tmp_path / "slurm") as c:
+        yield c
+
+
+def job_folder(folder: Path, per_node: int, launch_args: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.py").write_text(LONG_DDP)
+    return write_exec(folder / "ddp.sbatch", f"""#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node={per_node}
+export GLOO_SOCKET_IFNAME={IFNAME}
+exec {PYTHON} -m doctor launch --plain --no-warmup {launch_args} --run-dir "$PWD/run" -- train.py
+""")
+
+
+def rank_pids(cluster: MultiNodeSlurm, node: str) -> list[int]:
+    """The training processes on `node` (not the srun task that watches them)."""
+    found = []
+    for pid in cluster.node_pids(node):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"train.py" in argv and b"doctor.launch.srun_task" not in argv:
+            found.append(pid)
+    return found
+
+
+def only_slurmd_left(cluster: MultiNodeSlurm) -> dict[str, list[str]]:
+    """Per node, every process in it other than its slurmd."""
+    left: dict[str, list[str]] = {}
+    for node in cluster.nodes:
+        for pid in cluster.node_pids(node):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                zombie = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+            except OSError:
+                continue
+            if not argv.startswith("/usr/sbin/slurmd ") and not zombie:
+                left.setdefault(node, []).append(f"{pid} {argv[:100]}")
+    return left
+
+
+def test_losing_a_nodes_ranks_names_the_node_stops_the_rest_within_grace_and_exits_137(
+        cluster: MultiNodeSlurm, tmp_path: Path) -> None:
+    folder = tmp_path / "job"
+    script = job_folder(folder, 2, "--grace 3 --kill-after 2")
+    job = cluster.sbatch(script, f"--output={folder}/slurm-%j.out", f"--chdir={folder}", env=job_env())
+    poll(lambda: all((folder / "run" / f"rank_{r}.log").exists() and
+                     "step 3" in (folder / "run" / f"rank_{r}.log").read_text() for r in range(4)),
+         120, "every rank to train")
+    lost = rank_pids(cluster, "node2")
+    assert len(lost) == 2, lost
+    for pid in lost:
+        os.kill(pid, signal.SIGKILL)   # node2's ranks die at once, as when the node goes away
+    killed_at = time.monotonic()
+
+    state = cluster.wait_job(job, timeout=60)
+    ended_after = time.monotonic() - killed_at
+    out = (folder / f"slurm-{job}.out").read_text()
+    assert state == "FAILED", out
+    assert cluster.job_field(job, "ExitCode") == "137:0", out      # the failing rank's code: SIGKILL
+    assert re.search(r"rank [23] on node2 failed first \(killed by SIGKILL\); lost node2: ranks 2, 3; "
+                     r"stopped ranks 0, 1 after the 3 s grace", out), out
+    assert re.search(r"^gpu-doctor:   rank 0 +node1 +killed ", out, re.M), out
+    # grace 3 s + SIGTERM: the survivors end by SIGTERM, so well within grace + kill-after.
+    assert ended_after < 3 + 2 + 5, (ended_after, out)
+    assert "collective failed" in (folder / "run" / "rank_0.log").read_text()
+    poll(lambda: not only_slurmd_left(cluster), 15, f"every node to be empty: {only_slurmd_left(cluster)}")
+
+
+def test_a_rendezvous_port_blocked_on_one_node_names_the_rank_and_exits_124(
+        cluster: MultiNodeSlurm, tmp_path: Path) -> None:
+    port = free_port()
+    # node2's firewall drops what it sends to the port (node1, where rank 0 listens, is fine).
+    cluster.in_node("node2", "iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", str(port), "-j", "DROP")
+    folder = tmp_path / "job"
+    script = job_folder(folder, 1, f"--master-port {port} --rendezvous-timeout 8")
+    started = time.monotonic()
+    job = cluster.sbatch(script, f"--output={folder}/slurm-%j.out", f"--chdir={folder}", env=job_env())
+    state = cluster.wait_job(job, timeout=90)
+    took = time.monotonic() - started
+    out = (folder / f"slurm-{job}.out").read_text()
+    master = f"{node_address('node1')}:{port}"
+    assert state == "FAILED", out
+    assert cluster.job_field(job, "ExitCode") == "124:0", out
+    assert f"rank 1 on node2 cannot reach {master}" in out, out
+    assert "rendezvous timed out: 1 of 2 ranks joined" in out
+    assert f"gpu-doctor: rank 0 on node1 joined the rendezvous at {master}" in \
+        (folder / "run" / "rank_0.log").read_text()
+    assert took < 8 + 40, (took, out)   # the timeout, plus start-up (import torch) on 2 busy cores
+    poll(lambda: not only_slurmd_left(cluster), 15, f"every node to be empty: {only_slurmd_left(cluster)}")
