@@ -18,6 +18,7 @@ from doctor.jobfolder.queries import (
     link_unknown,
     multi_rank,
     origin_evidence,
+    rank_spelling,
     ranks,
     settings,
     var_data,
@@ -439,10 +440,9 @@ def experiment_per_rank(facts: Facts) -> list[Outcome]:
 
 def _shared_dir(job: Job, cmd: Any, why: str) -> list[Outcome]:
     var = cmd.var("SCOREP_EXPERIMENT_DIRECTORY")
-    rank_var = cmd.loop.var if cmd.loop is not None and cmd.loop.var else "RANK"
-    if cmd.per_task or any(w.name in ("srun", "mpirun", "mpiexec") for w in cmd.wrappers):
-        rank_var = "SLURM_PROCID"
-    proposed = f"scorep_rank_${{{rank_var}}}"
+    rank = rank_spelling(cmd) or "${RANK}"
+    rank_var = rank.strip("${}")
+    proposed = f"scorep_rank_{rank}"
     data = command_data(cmd) | {"var": "SCOREP_EXPERIMENT_DIRECTORY", "proposed": proposed, "rank_var": rank_var}
     launch_ev = ev(job, cmd.site, "launch", f"{cmd.site.text}  ({why})")
     if var is None:

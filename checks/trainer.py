@@ -168,7 +168,11 @@ def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
     if not asked:
         # TrainingArguments(fp16=True) in a script we could not read would go unseen.
         unread = script_problems(job, [s for s in job.scripts if s.role != "snippet"], "TRN002")
-        return unread or [passed("no fp16/bf16 asked for")]
+        if unread:
+            return unread
+        if not job.scripts and not any(cmd.launch for cmd in job.commands):
+            return [skip("no training script or launch found: nothing asks for fp16/bf16")]
+        return [passed("no fp16/bf16 asked for")]
     key, where, site = asked[0]
     data = site | {"precision": key, "see": ["GPU003", "GPU004"]}
     nv = facts.get("nvml")

@@ -104,6 +104,19 @@ def check_path(text: str | None) -> Path | None:
     return path.resolve()
 
 
+def job_folder(text: str | None, say: Callable[[str], None]) -> Path | None:
+    """PATH as the job folder: a folder is itself; a file means its folder, and `say` is told so once."""
+    path = check_path(text)
+    if path is None or path.is_dir():
+        return path
+    say(f"gpu-doctor: {text} is a file: examining its folder, {path.parent}")
+    return path.parent
+
+
+def to_stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
 def check_file(flag: str, text: str) -> Path:
     """Validate a file named by --script/--launch/--log: it must exist, be a file and be readable."""
     path = Path(text)
@@ -128,9 +141,14 @@ def check_python(text: str | None) -> str | None:
     return text
 
 
-def case_from_args(args: argparse.Namespace, gate: bool = False) -> Case:
+def case_from_args(args: argparse.Namespace, gate: bool = False,
+                   say: Callable[[str], None] | None = None) -> Case:
+    """The Case the options describe; `say` hears the one note on a file given as PATH
+    (default: stderr, unless --quiet)."""
+    if say is None:
+        say = (lambda text: None) if getattr(args, "quiet", False) else to_stderr
     return Case(
-        root=check_path(args.path),
+        root=job_folder(args.path, say),
         python=check_python(args.python),
         scripts=tuple(check_file("--script", s) for s in args.script),
         launch=tuple(check_file("--launch", s) for s in args.launch),

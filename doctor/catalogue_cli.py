@@ -3,17 +3,36 @@
 from __future__ import annotations
 
 import sys
+import textwrap
+from typing import TYPE_CHECKING
 
 from doctor import registry
 
+if TYPE_CHECKING:
+    from doctor.arguments import Parser
+
+
+def list_checks_parser() -> Parser:
+    from doctor.arguments import Parser
+
+    p = Parser(prog="gpu-doctor list-checks", description="List every check: ID, layer and title.")
+    p.add_argument("--json", action="store_true", help="print the catalogue as JSON")
+    return p
+
+
+def explain_parser() -> Parser:
+    from doctor.arguments import Parser
+
+    p = Parser(prog="gpu-doctor explain", description="Print one check's What / Why / Example / "
+               "Remedy / Fix safety, and its remedies' steps.")
+    p.add_argument("check_id", metavar="ID", help="a check ID, e.g. GPU003 (see `gpu-doctor list-checks`)")
+    return p
+
 
 def list_checks_main(argv: list[str]) -> int:
-    if argv and argv[0] not in ("--json",):
-        print(f"gpu-doctor: error: list-checks takes no argument but --json, got {argv[0]!r}",
-              file=sys.stderr)
-        return 2
+    args = list_checks_parser().parse_args(argv)
     checks = registry.all_checks()
-    if argv:
+    if args.json:
         import json
 
         json.dump([{"id": c.id, "layer": c.layer, "title": c.title, "depends_on": list(c.depends_on),
@@ -44,6 +63,33 @@ def explain_text(check_id: str) -> str:
     return "\n".join(lines)
 
 
+SECTIONS = ("What it does:", "Why is this bad?", "Example:", "Use instead:", "Remedy:", "Fix safety:")
+
+
+def doc_markdown(doc: str) -> str:
+    """A check's docstring as Markdown: section names in bold, indented lines (an Example's
+    commands, one per line) as a code block, so a renderer does not join them into one line."""
+    out: list[str] = []
+    code: list[str] = []
+
+    def flush() -> None:
+        if code:
+            out.extend(["```", *textwrap.dedent("\n".join(code)).splitlines(), "```", ""])
+            code.clear()
+
+    for line in doc.splitlines():
+        if line.startswith((" " * 4, "\t")) and line.strip():
+            code.append(line)
+            continue
+        flush()
+        if line.strip() in SECTIONS:
+            out += ["", f"**{line.strip()}**", ""]
+        else:
+            out.append(line)
+    flush()
+    return "\n".join(out).strip() + "\n"
+
+
 def _links(check_id: str) -> list[str]:
     """The diagnosis table's lines for this check: what it can explain, what can explain it."""
     from doctor.diagnosis import LINKS
@@ -59,11 +105,9 @@ def _links(check_id: str) -> list[str]:
 
 
 def explain_main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("gpu-doctor: error: usage: gpu-doctor explain ID (e.g. GPU003)", file=sys.stderr)
-        return 2
+    args = explain_parser().parse_args(argv)
     try:
-        print(explain_text(argv[0]))
+        print(explain_text(args.check_id))
     except KeyError as exc:
         print(f"gpu-doctor: error: {exc.args[0]}", file=sys.stderr)
         return 2

@@ -82,8 +82,11 @@ def tui_main(args: argparse.Namespace) -> int:
 
     if args.path is None:  # the app examines the current folder by default
         args.path = "."
-    options = Options(playbook=args.playbook or "scorep-ddp", budget_s=args.timeout, fail_on=args.fail_on)
-    return int(tui.main(case_from_args(args), options))
+    notes: list[str] = []  # a file as PATH: said in the app, where it is seen
+    case = case_from_args(args, say=notes.append)
+    options = Options(playbook=args.playbook or "scorep-ddp", budget_s=args.timeout, fail_on=args.fail_on,
+                      notes=tuple(notes))
+    return int(tui.main(case, options))
 
 
 def dispatch(name: str, argv: list[str]) -> int:

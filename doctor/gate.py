@@ -18,7 +18,7 @@ from doctor.arguments import UsageError, print_json
 from doctor.atomic import write_atomic
 from doctor.case import Case
 from doctor.playbook import Playbook
-from doctor.runner import CheckFinished, Event, run_checks
+from doctor.runner import CheckFinished, Event, order_checks, run_checks
 from doctor.verdict import ExitCode, exit_code, reason_line, run_json
 
 
@@ -46,6 +46,21 @@ class GateOptions:
     argv: tuple[str, ...] = ()  # the command line, recorded in the JSON document
 
 
+def checks_heading(check_ids: list[str]) -> str:
+    """"3 checks", or with the checks they depend on: "2 checks (GPU003, and GPU001 it depends on)".
+
+    The count is of every row that follows and that the verdict counts.
+    """
+    registry.load_checks(check_ids)
+    ran = [c.id for c in order_checks(check_ids)]
+    deps = [c for c in ran if c not in check_ids]
+    head = f"{len(ran)} check{'' if len(ran) == 1 else 's'}"
+    if not deps:
+        return head
+    one = len(check_ids) == 1
+    return f"{head} ({', '.join(check_ids)}, and {', '.join(deps)} {'it depends' if one else 'they depend'} on)"
+
+
 def run_gate(case: Case, playbook: Playbook, options: GateOptions) -> int:
     """Run the playbook's checks on the case; print the verdict; return the exit code."""
     if not playbook.reads_user_files:  # the prologue reads no user files, whatever PATH says
@@ -63,7 +78,7 @@ def run_gate(case: Case, playbook: Playbook, options: GateOptions) -> int:
         check_ids += [c for c in playbook.active_checks if c not in check_ids]
     case = dataclasses.replace(case, level=level)
     if not options.quiet:
-        print(f"gpu-doctor {playbook.name}: {len(check_ids)} checks on {case.host}"
+        print(f"gpu-doctor {playbook.name}: {checks_heading(check_ids)} on {case.host}"
               f"{f' for {case.root}' if case.root else ''}", file=sys.stderr)
     run = run_checks(case, check_ids, budget_s=options.budget_s, on_event=_progress(options.quiet),
                      playbook=playbook.name, mode="check-only")

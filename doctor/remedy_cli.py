@@ -18,12 +18,11 @@ import argparse
 import json
 import sys
 import textwrap
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from doctor import registry
-from doctor.arguments import Parser, UsageError, add_case_args, case_from_args
+from doctor.arguments import Parser, UsageError, add_case_args, case_from_args, job_folder, to_stderr
 from doctor.model import Evidence, Finding, Status
 from doctor.remedy.model import Plan, RemedyError, RemedyPlan, display_path
 
@@ -49,25 +48,18 @@ def fix_parser() -> Parser:
 def fix_main(argv: list[str]) -> int:
     args = fix_parser().parse_args(argv)
     case = case_from_args(args)
-    if case.root is not None and case.root.is_file():  # PATH names one script: its folder is the job
-        script = case.root
-        if script.suffix == ".py":
-            case = replace(case, root=script.parent, scripts=(script, *case.scripts))
-        else:
-            case = replace(case, root=script.parent, launch=(script, *case.launch))
     registry.load()
     unknown = [r for r in args.only if r not in registry.REMEDIES]
     if unknown:
         raise UsageError(f"unknown remedy ID {unknown[0]!r} (known: {', '.join(sorted(registry.REMEDIES))})")
-    from doctor.remedy.planner import make_plan
-    from doctor.remedy.verify import run_job_checks
+    from doctor.remedy.verify import check_and_plan
 
     imported = [f for name in args.findings for f in read_findings(Path(name))]
     say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
     say(f"gpu-doctor fix: checking {case.root} ...")
-    run = run_job_checks(case, budget_s=args.timeout)
+    run, plan = check_and_plan(case, extra=imported, only=args.only, unsafe=args.unsafe,
+                               budget_s=args.timeout)
     findings = run.findings + imported
-    plan = make_plan(case, findings, only=args.only, unsafe=args.unsafe, facts=run.facts)
     if args.apply:
         return apply_and_verify(plan, case, argv, say)
     if args.diff:
@@ -183,10 +175,8 @@ def undo_parser() -> Parser:
 
 def undo_main(argv: list[str]) -> int:
     args: argparse.Namespace = undo_parser().parse_args(argv)
-    root = Path(args.path)
-    if not root.is_dir():
-        raise UsageError(f"PATH {args.path!r} is not a folder")
-    root = root.resolve()
+    root = job_folder(args.path, to_stderr)
+    assert root is not None  # PATH defaults to "."
     from doctor.remedy.apply import undo
     from doctor.remedy.journal import transactions
 

@@ -92,8 +92,19 @@ def cuda_warmup(ctx: RemedyContext) -> None:
         python = launch.interpreter if not launch.interpreter.startswith("$") else "python"
         line = root.statement_line or root.site.line
         doc = edits.doc(root.site.file)
-        edits.insert_lines_before(root.site.file, line, warmup_block(python, doc.indent_of(line)), indent="")
+        edits.insert_lines_before(root.site.file, comment_top(doc, line), warmup_block(python, doc.indent_of(line)),
+                                  indent="")
     edits.write(SCRIPT_LINE, "CUDA warm-up loop before the instrumented launch")
+
+
+def comment_top(doc: TextDoc, line: int) -> int:
+    """The first line of the comment block right above `line` (a comment belongs to its command)."""
+    while line > 1:
+        above = doc.line_text(line - 1).strip()
+        if not above.startswith("#") or above.startswith(("#!", "#SBATCH")):
+            break
+        line -= 1
+    return line
 
 
 @remedy("per-rank-launch", Safety.UNSAFE,
@@ -112,8 +123,20 @@ def per_rank_launch(ctx: RemedyContext) -> None:
         edits = SpanEdits(ctx)
         ctx.create(target, launch_script(edits, run, target.name, f"{path.name}:{cmd.site.line}"),
                    f"per-rank launch script: one python -m scorep per rank ({target.name})", 0o755)
-        _replace_launch(edits, cmd, run, target, path)
-        edits.write(SCRIPT_LINE, f"torchrun under python -m scorep -> bash ./{target.name}")
+        warmed = WARMUP_MARK in edits.doc(cmd.site.file).text  # cuda-warmup ran already: one warm-up is enough
+        _replace_launch(edits, cmd, run, target, path, warmed)
+        summary = f"torchrun under python -m scorep -> bash ./{target.name}"
+        wrapper = Path(launch.target).name if launch.spawner.kind == "wrapper-script" else None
+        if wrapper:  # the torchrun-as-a-script file nothing runs any more: say so where the launch was
+            edits.insert_lines_before(cmd.site.file, cmd.site.line, [
+                f"# gpu-doctor per-rank-launch: {target.name} starts the ranks; {wrapper} is no longer used "
+                "(delete it once this launch works)"])
+            summary += f"; {wrapper} is left unused"
+        edits.write(SCRIPT_LINE, summary)
+        notes = [f"{wrapper} stays in the folder but nothing runs it any more"] if wrapper else []
+        if warmed:
+            notes.append(f"{path.name} already warms CUDA up, so {target.name} is called with --no-warmup")
+        ctx.note = "; ".join(notes)
         return  # one launch per plan: the others' offsets moved; a second fix run takes the next
     spawners = {lch.spawner.kind for _c, lch in wrapped if lch.spawner is not None}
     if spawners - set(REWRITABLE):
@@ -228,7 +251,8 @@ def _dedupe(words: tuple[Word, ...]) -> list[Word]:
     return out
 
 
-def _replace_launch(edits: SpanEdits, cmd: Command, run: TorchrunWords, target: Path, path: Path) -> None:
+def _replace_launch(edits: SpanEdits, cmd: Command, run: TorchrunWords, target: Path, path: Path,
+                    warmed: bool = False) -> None:
     """Replace the launch command (up to its last word; redirections stay) with the script's call."""
     used: set[str] = set()
     for w in run.script:
@@ -247,6 +271,8 @@ def _replace_launch(edits: SpanEdits, cmd: Command, run: TorchrunWords, target: 
     nproc = run.options.get("--nproc_per_node")
     if nproc and not nproc.isdigit():
         call += f" --nproc {nproc}"
+    if warmed:
+        call += " --no-warmup"
     assert cmd.span is not None
     last = cmd.argv_words[-1].span
     edits.replace(Span(cmd.span.file, cmd.span.start, last.end, cmd.span.line, cmd.span.col, last.end_line,

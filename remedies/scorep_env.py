@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import Command, EnvVar, Job, Span
-from doctor.jobfolder.queries import settings
+from doctor.jobfolder.queries import rank_spelling, settings
 from doctor.jobfolder.scorep_values import (
     PROPOSED_TOTAL_MEMORY,
     TOTAL_MEMORY_LIMIT,
@@ -241,14 +242,18 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
                              ["Apply per-rank-launch: gpu-doctor fix --only per-rank-launch --apply --unsafe"])
         if not several and not cmd.background:
             continue
-        rank = _rank_expression(cmd)
+        rank = rank_spelling(cmd)
         if rank is None:
             raise CannotPlan(f"{where(job, None, cmd)}: cannot tell which rank this launch runs",
                              ["Start each rank with its own folder: SCOREP_EXPERIMENT_DIRECTORY="
                               "scorep_rank_$RANK python -m scorep ... (or use gpu-doctor launch)."])
         value = f"scorep_rank_{rank}"
         span = value_span(var) if var is not None else None
-        if var is not None and span is not None and _per_rank_scope(cmd, var):
+        if _srun_task(cmd):  # the batch shell expands the line once: name the folder in each task's shell
+            first = cmd.argv_words[len(cmd.argv) - len(argvmod.strip_wrappers(list(cmd.argv))[1])].span
+            edits.insert(first.file, first.start, first.line,
+                         f"bash -c 'SCOREP_EXPERIMENT_DIRECTORY={value} exec \"$@\"' bash ")
+        elif var is not None and span is not None and _per_rank_scope(cmd, var):
             edits.replace(span, value)
         elif var is None or _on_command(cmd, var) is False:
             head = cmd.span
@@ -265,18 +270,10 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
         ctx.note = "every launch already has its own folder, or per-rank-launch writes them"
 
 
-def _rank_expression(cmd: Command) -> str | None:
-    """How the launch's own rank is spelled: its loop variable, RANK in a worker, SLURM_PROCID in a task."""
-    if cmd.loop is not None and cmd.loop.var:
-        return "${" + cmd.loop.var + "}"
-    rank = cmd.env.get("RANK")
-    if rank is not None and rank.site is not None and rank in cmd.inline and rank.raw:
-        return rank.raw
-    if cmd.parent is not None:
-        return "${RANK}"
-    if cmd.per_task and not any(w.name in ("srun", "mpirun", "mpiexec") for w in cmd.wrappers):
-        return "${SLURM_PROCID}"
-    return None
+def _srun_task(cmd: Command) -> bool:
+    """`srun ... python -m scorep` on the command itself (not a loop variable, not a per-task shell)."""
+    return cmd.loop is None and cmd.parent is None and any(argvmod.base(a) == "srun" for a in cmd.argv) \
+        and any(w.name == "srun" for w in cmd.wrappers)
 
 
 def _on_command(cmd: Command, var: EnvVar) -> bool:

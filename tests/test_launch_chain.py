@@ -48,6 +48,7 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "array": {"SCP002": {("run.sh", 11), ("run.sh", 2)}, "SCP009": {("run.sh", 11)}},
     "override_env": {"SCP006": {("run.sh", 10)}, "SCP009": {("run.sh", 10)}},
     "heredoc": {"SCP005": {("job.sbatch", 14)}, "SCP009": {("job.sbatch", 14)}},
+    "srun_tasks": {"SCP006": {("job.slurm", 17)}},
 }
 
 
@@ -68,6 +69,9 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "script_args": [("run_example.sh", "export SCOREP_TOTAL_MEMORY=3500M\n"),
                     ("run_example.sh", "bash ./run_ranks.sh\n"), ("run_ranks.sh", "mingpt/main.py --epochs 1 &")],
     "module": [("src/trainer/main.py", "destroy_process_group()")],
+    # srun expands the line once in the batch shell: each task names its folder in its own shell
+    "srun_tasks": [("job.slurm", "srun --ntasks=4 --kill-on-bad-exit=1 bash -c 'SCOREP_EXPERIMENT_DIRECTORY="
+                                 "scorep_rank_${SLURM_PROCID} exec \"$@\"' bash python -m scorep --cuda train.py\n")],
 }
 
 
@@ -139,6 +143,10 @@ def test_the_process_tree_names_each_link_with_its_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "doctor", "--check-only", "--playbook", "scorep-ddp", "--json",
                            str(CHAIN / "wrapper" / "broken")], capture_output=True, text=True, timeout=120)
     doc = json.loads(proc.stdout)
+    import jsonschema
+
+    schema = json.loads((CHAIN.parents[2] / "doctor" / "schemas" / "gate.schema.json").read_text())
+    jsonschema.validate(doc, schema)  # the published schema describes job.processes
     (script,) = doc["job"]["processes"]
     assert script["kind"] == "script" and script["file"] == "job.sbatch"
     (outer,) = script["children"]
@@ -165,3 +173,36 @@ def test_a_link_it_cannot_follow_is_unknown_naming_the_link(tmp_path: Path) -> N
         assert [o.status for o in out] == [Status.UNKNOWN], (cid, [o.message for o in out])
         assert "site_wrapper.sh" in out[0].message and ("job.sbatch", 3) in where(out)
         assert ("job.sbatch", 4) in where(out)  # the command substitution
+
+
+def test_evidence_names_the_assignment_a_flag_came_through(tmp_path: Path) -> None:
+    from jobfolder_util import write_job
+
+    write_job(tmp_path, {"run.sh": """
+        #!/bin/bash
+        export SCOREP_TOTAL_MEMORY=3500M
+        MODEL=bert-base-uncased
+        TRACE_ARGS="--eval_strategy no --save_strategy steps"
+        TRACE_ARGS="$TRACE_ARGS --load_best_model_at_end True"
+        # the launch
+        python train.py --model "$MODEL" $TRACE_ARGS
+        """, "train.py": "from transformers import Trainer, TrainingArguments, HfArgumentParser\n"
+                         "parser = HfArgumentParser(TrainingArguments)\nargs = parser.parse_args_into_dataclasses()\n"})
+    out = run_check("TRN001", tmp_path)
+    assert [o.status for o in out] == [Status.FAIL], [o.message for o in out]
+    assert ("run.sh", 5) in where(out) and ("run.sh", 7) not in where(out)
+
+
+def test_runaway_and_deeply_nested_shell_is_bounded_not_a_crash(tmp_path: Path) -> None:
+    from jobfolder_util import job_of, write_job
+
+    doubling = "X=ab\n" + 'X="$X$X"\n' * 40 + "export SCOREP_TOTAL_MEMORY=$X\npython -m scorep --cuda t.py\n"
+    nested = "python -m scorep ${A:-" * 300 + "t.py" + "}" * 300 + "\n"
+    ifs = "if true; then\n" * 400 + "python -m scorep t.py\n" + "fi\n" * 400
+    write_job(tmp_path, {"a.sh": doubling, "b.sh": nested, "c.sh": ifs, "t.py": "pass\n"})
+    job = job_of(tmp_path)
+    memory = [c.env["SCOREP_TOTAL_MEMORY"] for c in job.commands if "SCOREP_TOTAL_MEMORY" in c.env]
+    assert memory and memory[0].value is None  # too long to follow: unknown, not 2**40 characters
+    assert any("nested more than" in n.text for n in job.notes)
+    out = run_check("SCP003", tmp_path)
+    assert Status.UNKNOWN in [o.status for o in out]

@@ -355,7 +355,7 @@ print(error, [(g.index, g.name, g.util_text, g.mem_text) for g in samples])
 
 @pytest.mark.parametrize("scenario, expected", [
     ("healthy", "None [(0, 'NVIDIA H100 80GB HBM3', '0%', '0.0/79.6 GiB')"),
-    ("no_driver", "NVML unavailable (NVMLError_LibraryNotFound"),
+    ("no_driver", "no NVIDIA driver on this host []"),  # in words, not an exception class name
 ])
 def test_gpu_monitor_through_the_fake_nvml_library(fake_node: Callable[..., dict[str, str]], scenario: str,
                                                    expected: str) -> None:

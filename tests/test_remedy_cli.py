@@ -166,4 +166,5 @@ def test_undo_with_nothing_applied_and_the_list(tmp_path: Path, capsys: pytest.C
     assert main(["undo", str(job), "--list"]) == 0
     listed = capsys.readouterr().out
     assert "applied" in listed and "scorep-total-memory" in listed
-    assert main(["undo", str(job / "job.sbatch")]) == 2
+    assert main(["undo", str(job / "job.sbatch")]) == 0  # a file as PATH means its folder (issue 17)
+    assert "is a file: examining its folder" in capsys.readouterr().err

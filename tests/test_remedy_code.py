@@ -9,18 +9,21 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from remedy_util import raised
 
 from doctor.case import Case
-from doctor.model import Evidence, Finding, Status
 from doctor.remedy import make_plan
 
 
 def plan_one(tmp_path: Path, name: str, source: str | bytes, check: str, remedy: str):  # type: ignore[no-untyped-def]
+    """The plan for what the real `check` raises on `name`, run by torchrun as 2 ranks with CUDA traced."""
     path = tmp_path / name
     path.write_bytes(source.encode() if isinstance(source, str) else source)
-    f = Finding(check, "script", Status.FAIL, check, (Evidence("x", str(path), 1),), (remedy,), {},
-                {"file": str(path), "line": 1})
-    return make_plan(Case(root=tmp_path), [f])
+    if path.suffix == ".py":
+        (tmp_path / "job.sh").write_text(f"export SCOREP_CUDA_ENABLE=kernel\ntorchrun --nproc_per_node=2 {name}\n")
+    found = [f for f in raised(tmp_path, check) if remedy in f.remedies]
+    assert found, f"{check} does not name {remedy} on {name}"
+    return make_plan(Case(root=tmp_path), found, only=[remedy])
 
 
 def fixed(tmp_path: Path, source: str | bytes, check: str, remedy: str, name: str = "train.py") -> str:

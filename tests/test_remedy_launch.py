@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from remedy_util import raised
 
 from doctor.case import Case
 from doctor.jobfolder.discover import load_job
-from doctor.model import Evidence, Finding, Status
 from doctor.remedy import apply_plan, make_plan
 from doctor.remedy.text import TextDoc
 
@@ -68,10 +68,7 @@ def make_ddp_job(root: Path) -> Path:
 
 
 def apply_per_rank_launch(job: Path) -> Path:
-    f = Finding("LNC001", "launcher", Status.FAIL, "wraps torchrun",
-                (Evidence("python -m scorep ...", str(job / "job.sh"), 6),), ("per-rank-launch",), {},
-                {"file": str(job / "job.sh"), "line": 6})
-    apply_plan(make_plan(Case(root=job), [f]))
+    apply_plan(make_plan(Case(root=job), raised(job, "LNC001")))
     return job / "run_ranks.sh"
 
 
@@ -91,7 +88,8 @@ def test_generated_script_is_plain_bash_that_the_checks_can_read(tmp_path: Path)
     assert "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$rank" in doc.text
     job_text = (tmp_path / "job" / "job.sh").read_text()
     # the words as the job shell expands them: `--out "$OUT"` needs no unexported OUT in the script
-    assert 'mkdir -p "$OUT"\nbash ./run_ranks.sh\necho "job done: $?"\n' in job_text
+    assert ('mkdir -p "$OUT"\n# gpu-doctor per-rank-launch: run_ranks.sh starts the ranks; torchrun_wrapper.py is '
+            'no longer used (delete it once this launch works)\nbash ./run_ranks.sh\necho "job done: $?"\n') in job_text
     assert "ddp_train.py --out results --steps 3 &" in doc.text
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
@@ -148,13 +146,12 @@ def test_without_scorep_and_without_the_flag_it_says_so(tmp_path: Path) -> None:
     assert not (job / "results" / "rank0.txt").exists()
 
 
-def plan_launch(tmp_path: Path, line: str, **data: object):  # type: ignore[no-untyped-def]
+def plan_launch(tmp_path: Path, line: str):  # type: ignore[no-untyped-def]
+    """The per-rank-launch plan for what the real LNC001 raises on a job script of `line`."""
     job = tmp_path / "job"
     job.mkdir(exist_ok=True)
     (job / "job.sh").write_text(f"#!/bin/bash\nexport SCOREP_CUDA_ENABLE=kernel\n{line}\n")
-    f = Finding("LNC001", "launcher", Status.FAIL, "wraps", (Evidence(line, str(job / "job.sh"), 3),),
-                ("per-rank-launch",), {}, {"file": str(job / "job.sh"), "line": 3, **data})
-    return make_plan(Case(root=job), [f]).remedies[0]
+    return make_plan(Case(root=job), raised(job, "LNC001")).remedies[0]
 
 
 def test_torchrun_spelled_as_which_with_dashed_options(tmp_path: Path) -> None:
@@ -168,14 +165,12 @@ def test_torchrun_spelled_as_which_with_dashed_options(tmp_path: Path) -> None:
     assert 'python3 -m scorep --cuda train.py --lr "$LR" &' in script
 
 
-@pytest.mark.parametrize("line,data,why", [
-    ("python -m scorep --cuda $(which torchrun) --nnodes=2 --nproc_per_node=4 train.py", {}, "runs on 2 nodes"),
-    ("python -m scorep --cuda $(which torchrun) --nproc_per_node=4 -m pkg.train", {}, "not start a Python script"),
-    ("python -m scorep --cuda $(which accelerate) launch train.py", {"spawner": "accelerate"},
-     "wraps accelerate"),
+@pytest.mark.parametrize("line,why", [
+    ("python -m scorep --cuda $(which torchrun) --nnodes=2 --nproc_per_node=4 train.py", "runs on 2 nodes"),
+    ("python -m scorep --cuda $(which torchrun) --nproc_per_node=4 -m pkg.train", "not start a Python script"),
+    ("python -m scorep --cuda $(which accelerate) launch train.py", "wraps accelerate"),
 ])
-def test_launches_it_cannot_rewrite_say_why_and_what_to_do(tmp_path: Path, line: str, data: dict[str, object],
-                                                           why: str) -> None:
-    rp = plan_launch(tmp_path, line, **data)
+def test_launches_it_cannot_rewrite_say_why_and_what_to_do(tmp_path: Path, line: str, why: str) -> None:
+    rp = plan_launch(tmp_path, line)
     assert rp.status == "cannot" and why in rp.note
     assert rp.steps and rp.changes == ()

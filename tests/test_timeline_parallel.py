@@ -136,7 +136,8 @@ def test_merge_refuses_what_is_not_a_part_of_one_analysis(tmp_path: Path,
 
 
 @pytest.mark.parametrize("argv", [["--rank-range", "4:2"], ["--rank-range", "two"], ["--rank-range", "3"],
-                                  ["--jobs", "0"], ["--merge", "a.json", "--json", "PATH"]])
+                                  ["--jobs", "0"], ["--merge", "a.json", "--json", "PATH"],
+                                  ["--rank-range", "0:2", "--merge", "a.json"]])
 def test_bad_options_are_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["."] + argv if "--merge" not in argv else argv) == 2
     err = capsys.readouterr().err
@@ -214,16 +215,18 @@ def test_ci_builds_the_c_reader() -> None:
     assert creader.choose("auto") == "c"
 
 
-@pytest.mark.parametrize("name", ["hip-trace-mi300", "mpi-pingpong-trace"])
+@pytest.mark.parametrize("name", ["hip-trace-mi300", "mpi-pingpong-trace", "examples/scorep-ddp-trace"])
 def test_both_readers_agree_on_real_score_p_traces(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     require_c_reader()
-    path = ROOT.parent / "shared" / "fixtures" / "scorep" / name
+    path = ROOT / name if name.startswith("examples/") else ROOT.parent / "shared" / "fixtures" / "scorep" / name
     if not path.is_dir():
         pytest.skip(f"real Score-P output {path} is absent (see ../shared/fixtures/scorep/PROVENANCE.md)")
-    c = document([str(path), "--reader", "c"], capsys)
-    python = document([str(path), "--reader", "python"], capsys)
+    # The example job's ranks are named one by one (its own folder is called scorep-*).
+    paths = sorted(map(str, path.glob("scorep_rank_*"))) or [str(path)]
+    c = document([*paths, "--reader", "c"], capsys)
+    python = document([*paths, "--reader", "python"], capsys)
     assert without_reader(c) == without_reader(python)
-    assert [r["reader"] for run in c["runs"] for r in run["rank_timelines"]] == ["c"] * (2 if "mpi" in name else 1)
+    assert [r["reader"] for run in c["runs"] for r in run["rank_timelines"]] == ["c"] * (1 if "hip" in name else 2)
 
 
 def test_a_fifo_in_the_archive_is_a_note_not_a_hang(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,12 +10,11 @@ the working folder.
 
 from __future__ import annotations
 
-import ast
-import operator
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from doctor.jobfolder.arith import try_arith
 from doctor.jobfolder.model import EnvVar, Piece, Site, Span, Word
 from doctor.jobfolder.syntax import Node, Source
 
@@ -25,6 +24,7 @@ RANK_VARS = frozenset({
     "PALS_RANKID", "GROUP_RANK",
 })
 MAX_VALUE = 64 * 1024  # longer expanded values are not followed (a runaway `X="$X$X"`)
+MAX_NESTING = 64  # `${a:-${b:-${c:-...}}}` deeper than this is not followed
 
 Lookup = Callable[[str], "EnvVar | None"]
 EXPANSIONS = {"simple_expansion", "expansion", "command_substitution", "arithmetic_expansion",
@@ -92,13 +92,18 @@ class Expander:
         self.out = Expansion()
         self.cur: list[Piece] = []
         self.started = False
+        self.depth = 0
+        self.size = 0
         self._node(node, quoted=False, top=True)
         self._flush()
+        if self.size > MAX_VALUE:  # bounded: what the job would build is not followed
+            self.out = Expansion([[Piece(self.src.text_of(node)[:200], None)]], known=False, refs=self.out.refs)
         return self.out
 
     # -- pieces -----------------------------------------------------------
     def _lit(self, text: str, span: Span | None) -> None:
-        if text:
+        self.size += len(text)
+        if text and self.size <= MAX_VALUE:
             self.cur.append(Piece(text, span))
         self.started = True
 
@@ -143,6 +148,16 @@ class Expander:
 
     # -- nodes ------------------------------------------------------------
     def _node(self, node: Node, quoted: bool, top: bool = False) -> None:
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING or self.size > MAX_VALUE:
+                self._unknown(node)
+                return
+            self._dispatch(node, quoted, top)
+        finally:
+            self.depth -= 1
+
+    def _dispatch(self, node: Node, quoted: bool, top: bool) -> None:
         kind = node.type
         if kind in ("word", "number", "extglob_pattern", "brace_expression", "special_variable_name",
                     "variable_name", "test_operator", "regex"):
@@ -422,58 +437,6 @@ class Expander:
             self._value((Piece(self.cwd),), quoted)
         else:
             self._unknown(node)
-
-
-class _Unknown(Exception):
-    pass
-
-
-_OPS: dict[type, Callable[[int, int], int]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Mod: lambda a, b: int(__import__("math").fmod(a, b)),
-    ast.Div: lambda a, b: int(a / b), ast.FloorDiv: lambda a, b: int(a / b), ast.Pow: operator.pow,
-}
-
-
-def arith(expr: str, lookup: Callable[[str], EnvVar | None]) -> int:
-    """Integer arithmetic as in `$(( ))`, over variables with known integer values."""
-    text = expr.replace("$", "").replace("{", "").replace("}", "").strip()
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        raise _Unknown() from None
-
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name):
-            var = lookup(node.id)
-            if var is None or var.value is None:
-                raise _Unknown()
-            try:
-                return int(var.value.strip() or "0", 10)
-            except ValueError:
-                raise _Unknown() from None
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            v = ev(node.operand)
-            return -v if isinstance(node.op, ast.USub) else v
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            a, b = ev(node.left), ev(node.right)
-            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and b == 0:
-                raise _Unknown()
-            if isinstance(node.op, ast.Pow) and (b < 0 or b > 64):
-                raise _Unknown()
-            return _OPS[type(node.op)](a, b)
-        raise _Unknown()
-
-    return ev(tree.body)
-
-
-def try_arith(expr: str, lookup: Callable[[str], EnvVar | None]) -> int | None:
-    try:
-        return arith(expr, lookup)
-    except _Unknown:
-        return None
 
 
 def expand_text(raw: str, lookup: Lookup, *, home: str | None = None, path: str = "<word>") -> Expansion:

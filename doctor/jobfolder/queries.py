@@ -242,3 +242,19 @@ def origin_evidence(job: Job, cmd: Command, index: int | None, label: str = "wri
         return None
     site = next((s for s in reversed(word.via) if s.file == span.file and s.line == span.line), None)
     return Evidence(site.text if site is not None else word.text, job.rel(span.file), span.line, label)
+
+
+def rank_spelling(cmd: Command) -> str | None:
+    """How a measured process's own rank is written so that it differs per rank: the loop
+    variable of a backgrounded loop, the RANK the command sets, RANK in a torchrun worker,
+    SLURM_PROCID in an srun task. SCP006's proposal and its remedy both use it."""
+    if cmd.loop is not None and cmd.loop.var and cmd.background:
+        return "${" + cmd.loop.var + "}"
+    rank = cmd.env.get("RANK")
+    if rank is not None and rank in cmd.inline and rank.raw:  # `RANK=$r ...`, or one `RANK=0 ... &` each
+        return rank.raw
+    if cmd.parent is not None:
+        return "${RANK}"
+    if cmd.per_task and any(w.name == "srun" for w in cmd.wrappers):
+        return "${SLURM_PROCID}"
+    return None

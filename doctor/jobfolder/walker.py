@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 from doctor.jobfolder import argv as argvmod
-from doctor.jobfolder.expand import RANK_VARS, Expander, Expansion, try_arith
+from doctor.jobfolder.expand import RANK_VARS, Expander, Expansion, sub_span
+from doctor.jobfolder.links import Links
+from doctor.jobfolder.loops import cfor_count, items_count, words_of
 from doctor.jobfolder.model import (
     TASK_WRAPPERS,
     Command,
@@ -30,58 +31,21 @@ from doctor.jobfolder.model import (
     Piece,
     ShellFile,
     Site,
+    Span,
     Word,
     Wrapper,
 )
 from doctor.jobfolder.reading import Source as FileSource
-from doctor.jobfolder.reading import inside
+from doctor.jobfolder.recovery import STATEMENTS, chunks
 from doctor.jobfolder.sbatch import sbatch_options
-from doctor.jobfolder.syntax import Node, Source, errors, named
+from doctor.jobfolder.state import Ctx, ShellState
+from doctor.jobfolder.syntax import Node, Source, named
 
 MAX_DEPTH = 8
-MAX_RECOVERIES = 200
-SHELL_NAMES = {"bash", "sh", "zsh", "dash", "ksh"}
-# What torchrun / accelerate / deepspeed give every worker they start.
-WORKER_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-               "MASTER_PORT")
-STATEMENTS = {"command", "redirected_statement", "variable_assignment", "variable_assignments",
-              "declaration_command", "unset_command", "for_statement", "c_style_for_statement",
-              "while_statement", "if_statement", "case_statement", "function_definition", "list",
-              "pipeline", "subshell", "compound_statement", "negated_command"}
+MAX_NESTING = 100  # statements nested deeper (3000 nested `if`s) are noted, not walked
 
 
-@dataclass
-class ShellState:
-    """The shell's variables, options, functions and positional parameters while a script runs."""
-
-    vars: dict[str, EnvVar]
-    cwd: str
-    allexport: bool = False
-    functions: dict[str, tuple[Node, Source]] = field(default_factory=dict)
-    per_task: bool = False
-    args: tuple[Word, ...] | None = None  # None: the script's arguments are not known
-    parent: Command | None = None
-
-    def copy(self) -> ShellState:
-        return ShellState(dict(self.vars), self.cwd, self.allexport, dict(self.functions), self.per_task,
-                          self.args, self.parent)
-
-
-@dataclass
-class Ctx:
-    src: Source
-    state: ShellState
-    flow: int
-    depth: int = 0
-    loop: Loop | None = None
-    background: bool = False
-    condition: bool = False
-    wrappers: tuple[Wrapper, ...] = ()
-    heredoc: tuple[str, int, Any] | None = None  # (body, line of its first line, its span) for the command
-    top: tuple[str, int] | None = None  # (file, line) of the top-level statement being walked
-
-
-class ShellWalker:
+class ShellWalker(Links):
     """Walks job scripts; collects commands, shell files and notes."""
 
     def __init__(self, root: str | None, read: Callable[[str], FileSource], notes: list[Note],
@@ -112,37 +76,9 @@ class ShellWalker:
             for n in src.notes:
                 self.notes.append(Note(path, n, None, "empty" if src.kind == "empty" else "encoding"))
             self._texts[path] = src.text
-            result = self._chunks(Source(path, src.text))
+            result = chunks(Source(path, src.text), self.notes)
         self._cache[path] = result
         return result
-
-    def _chunks(self, src: Source) -> list[Source]:
-        """The file as parts tree-sitter reads without error: a line it cannot read is noted and
-        skipped, and the rest is parsed again from the next line (so one bad line loses one line)."""
-        chunks: list[Source] = []
-        bad: list[int] = []
-        cur = src
-        for _ in range(MAX_RECOVERIES):
-            first = _first_bad_line(cur)
-            if first is None:
-                chunks.append(cur)
-                break
-            starts = [0] + [i + 1 for i, ch in enumerate(src.text) if ch == "\n"]
-            k = first - 1  # 0-based line index in the file
-            head_start = cur.base_offset
-            head_end = starts[k] if k < len(starts) else len(src.text)
-            if head_end > head_start:
-                chunks.append(Source(src.path, src.text[head_start:head_end], cur.base_line, head_start))
-            bad.append(first)
-            if k + 1 >= len(starts):
-                break
-            cur = Source(src.path, src.text[starts[k + 1]:], first, starts[k + 1])
-        for a, b in _runs(bad):
-            text = src.line_text(a)
-            where = f"line {a}" if a == b else f"lines {a}-{b}"
-            self.notes.append(Note(src.path, f"{where} not analysed: the shell parser cannot read "
-                                             f"{text[:60]!r}", a, "unparsed"))
-        return chunks
 
     def run_file(self, path: str, state: ShellState, flow: int, role: str, depth: int = 0,
                  wrappers: tuple[Wrapper, ...] = ()) -> None:
@@ -172,6 +108,12 @@ class ShellWalker:
 
     # -- statements -------------------------------------------------------
     def walk(self, node: Node, ctx: Ctx) -> None:
+        if ctx.nesting > MAX_NESTING:
+            line = ctx.src.line(ctx.src.start(node))
+            self.notes.append(Note(ctx.src.path, f"line {line} not analysed: statements nested more than "
+                                                 f"{MAX_NESTING} deep", line, "unparsed"))
+            return
+        ctx = replace(ctx, nesting=ctx.nesting + 1)
         kind = node.type
         if kind in ("program", "do_group", "compound_statement", "subshell", "ERROR", "else_clause"):
             inner = replace(ctx, state=ctx.state.copy()) if kind == "subshell" else ctx
@@ -253,62 +195,19 @@ class ShellWalker:
             init = node.child_by_field_name("initializer")
             m = re.match(r"\s*([A-Za-z_]\w*)", src.text_of(init)) if init is not None else None
             var = m.group(1) if m else None
-            loop = Loop(var, self._cfor_count(node, ctx), site, "c-for")
+            loop = Loop(var, cfor_count(node, src, ctx.state.vars.get), site, "c-for")
         else:
             var_node = node.child_by_field_name("variable")
             var = src.text_of(var_node) if var_node is not None else None
             values = [c for c in node.children_by_field_name("value")]
             has_in = any(c.type == "in" for c in node.children)
-            loop = Loop(var, self._items_count(values, ctx) if has_in else None, site, "for")
+            loop = Loop(var, items_count(values, src, ctx.state.vars.get,
+                                         lambda n, split=True: self._expand(n, ctx, split)) if has_in else None,
+                        site, "for")
         if var:
             ctx.state.vars[var] = EnvVar(var, None, f"<loop {line}>", site, exported=False, varies=True)
         if body is not None:
             self.walk(body, replace(ctx, loop=loop))
-
-    def _cfor_count(self, node: Node, ctx: Ctx) -> int | None:
-        parts = [node.child_by_field_name(f) for f in ("initializer", "condition", "update")]
-        if any(p is None for p in parts):
-            return None
-        init, cond, step = (ctx.src.text_of(p) for p in parts)
-        m = re.fullmatch(r"\s*\w+\s*=\s*(.+)", init)
-        c = re.fullmatch(r"\s*\$?(\w+)\s*(<=|<)\s*(.+)", cond)
-        step_ok = re.fullmatch(r"\s*(\+\+\s*\w+|\w+\s*\+\+|\w+\s*\+=\s*1|\w+\s*=\s*\w+\s*\+\s*1)\s*", step)
-        if not (m and c and step_ok):
-            return None
-        lo = try_arith(m.group(1), ctx.state.vars.get)
-        hi = try_arith(c.group(3), ctx.state.vars.get)
-        if lo is None or hi is None:
-            return None
-        return max(0, hi - lo + (1 if c.group(2) == "<=" else 0))
-
-    def _items_count(self, items: list[Node], ctx: Ctx) -> int | None:
-        total = 0
-        for item in items:
-            raw = ctx.src.text_of(item).strip()
-            if item.type == "command_substitution":
-                inner = named(item)
-                cmd = inner[0] if len(inner) == 1 and inner[0].type == "command" else None
-                words = [self._expand(w, ctx, split=False) for w in self._words_of(cmd)] if cmd else []
-                if words and words[0].value == "seq":
-                    nums = [try_arith(a.value, ctx.state.vars.get) if a.known else None for a in words[1:]]
-                    if any(v is None for v in nums) or not 1 <= len(nums) <= 3:
-                        return None
-                    vals = [int(v) for v in nums if v is not None]
-                    lo, step, hi = (1, 1, vals[0]) if len(vals) == 1 else (
-                        (vals[0], 1, vals[1]) if len(vals) == 2 else (vals[0], vals[1], vals[2]))
-                    total += len(range(lo, hi + 1, step)) if step else 0
-                    continue
-                return None
-            brace = re.fullmatch(r"\{(-?\d+)\.\.(-?\d+)\}", raw)
-            if brace:
-                lo, hi = int(brace.group(1)), int(brace.group(2))
-                total += abs(hi - lo) + 1
-                continue
-            exp = self._expand(item, ctx)
-            if not exp.known:
-                return None
-            total += len(exp.fields)
-        return total
 
     def _while(self, node: Node, ctx: Ctx) -> None:
         src = ctx.src
@@ -339,19 +238,6 @@ class ShellWalker:
     def _expand(self, node: Node, ctx: Ctx, split: bool = True) -> Expansion:
         return Expander(ctx.src, ctx.state.vars.get, ctx.state.args, split=split, per_task=ctx.state.per_task,
                         home=self.home, cwd=ctx.state.cwd).expand(node)
-
-    @staticmethod
-    def _words_of(cmd: Node | None) -> list[Node]:
-        if cmd is None:
-            return []
-        out = []
-        for c in cmd.children:
-            if c.type == "command_name":
-                out.extend(named(c)[:1] or [c])
-            elif c.is_named and c.type not in ("variable_assignment", "file_redirect", "herestring_redirect",
-                                                 "heredoc_redirect", "comment"):
-                out.append(c)
-        return out
 
     def _assign(self, node: Node, ctx: Ctx, export: bool | None) -> EnvVar | None:
         """A `NAME=value` / `NAME+=value` / `NAME=(items)` node, evaluated now."""
@@ -422,7 +308,7 @@ class ShellWalker:
         line = src.line(start)
         site = Site(src.path, line, src.line_text(line))
         prefix = [c for c in node.children if c.type == "variable_assignment"]
-        word_nodes = self._words_of(node)
+        word_nodes = words_of(node)
         inline = [v for a in prefix if (v := self._assign(a, ctx, None)) is not None]
         words: list[Word] = []
         word_lines: list[tuple[str, int]] = []
@@ -510,8 +396,6 @@ class ShellWalker:
                 skip -= len(p.text)
                 continue
             if skip:
-                from doctor.jobfolder.expand import sub_span
-
                 p = Piece(p.text[skip:], sub_span(p.span, p.text, skip, len(p.text)) if p.span else None)
                 skip = 0
             pieces.append(p)
@@ -520,54 +404,6 @@ class ShellWalker:
         varies = word.varies or (ctx.state.per_task and name in RANK_VARS)
         return EnvVar(name, value if word.known else None, word.text.split("=", 1)[1], site, True, (), varies,
                       pieces=tuple(pieces), span=src_span)
-
-    def _workers(self, cmd: Command, rest: list[Word], launch: Any, ctx: Ctx) -> None:
-        """`torchrun --no-python ./wrapper.sh args`: walk the wrapper as every worker runs it."""
-        target_at = len(rest) - len(launch.training_args) - 1
-        if not 0 < target_at < len(rest):
-            return
-        target = rest[target_at]
-        args = rest[target_at + 1:]
-        if argvmod.base(target.text) in SHELL_NAMES and args:
-            target, args = args[0], args[1:]
-        path = self.resolve(target.text, ctx.state.cwd)
-        if path is None or path.endswith(".py") or not self.exists(path):
-            return
-        if self.root is not None and not inside(path, self.root):
-            self.notes.append(Note(cmd.site.file, f"torchrun runs {target.text!r}, outside the job folder; "
-                                                  "not read", cmd.site.line, "outside"))
-            return
-        env = dict(cmd.env)
-        for name in WORKER_VARS:
-            env[name] = EnvVar(name, None, f"<set by {argvmod.base(launch.interpreter)}>", None, True,
-                               varies=name in ("RANK", "LOCAL_RANK", "GROUP_RANK"))
-        state = ShellState(env, ctx.state.cwd, False, {}, True, tuple(args), cmd)
-        self.referenced.add(path)
-        self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, ())
-
-    def resolve(self, path: str, cwd: str) -> str | None:
-        """Absolute path of a script named on a command line (None when not statically known)."""
-        if not path or "$" in path or "`" in path:
-            return None
-        return os.path.normpath(os.path.join(cwd, path))
-
-    def resolve_module(self, module: str, cwd: str, env: dict[str, EnvVar]) -> str | None:
-        """`-m pkg.mod` as a file: in the working folder, the PYTHONPATH the scripts set, the job folder."""
-        if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
-            return None
-        dirs = [cwd]
-        pp = env.get("PYTHONPATH")
-        if pp is not None and pp.value:
-            dirs += [os.path.normpath(os.path.join(cwd, d)) for d in pp.value.split(":") if d]
-        if self.root is not None:
-            dirs.append(self.root)
-        parts = module.split(".")
-        for d in dict.fromkeys(dirs):
-            stem = os.path.join(d, *parts)
-            for cand in (stem + ".py", os.path.join(stem, "__main__.py")):
-                if self.exists(cand) and (self.root is None or inside(cand, self.root)):
-                    return os.path.normpath(cand)
-        return None
 
     def _builtin(self, argv: list[str], words: list[Word], ctx: Ctx, site: Site) -> bool:
         head = argv[0]
@@ -604,61 +440,7 @@ class ShellWalker:
             return False
         return False
 
-    def _source(self, target: Word, args: list[Word], ctx: Ctx, site: Site) -> None:
-        path = self.resolve(target.text, ctx.state.cwd) if target.known else None
-        if path is None:
-            self.notes.append(Note(site.file, f"sources {target.text!r}, which cannot be resolved statically",
-                                   site.line, "unresolved"))
-            return
-        if self.root is not None and not inside(path, self.root):
-            self.notes.append(Note(site.file, f"sources {target.text!r}, outside the job folder; not read",
-                                   site.line, "outside"))
-            return
-        self.referenced.add(path)
-        saved = ctx.state.args
-        if args:
-            ctx.state.args = tuple(args)
-        self.run_file(path, ctx.state, ctx.flow, "sourced", ctx.depth + 1)
-        ctx.state.args = saved
-
-    def _nested_shell(self, rest: list[Word], wrappers: list[Wrapper], env: dict[str, EnvVar], ctx: Ctx,
-                      site: Site) -> bool:
-        """`bash -c '...'`, `bash x.sh args`, `./x.sh args`: walk what they run, in a new shell."""
-        head = argvmod.base(rest[0].text)
-        per_task = ctx.state.per_task or any(w.name in TASK_WRAPPERS for w in wrappers)
-        state = ShellState(dict(env), ctx.state.cwd, False, {}, per_task, None, ctx.state.parent)
-        if head in SHELL_NAMES:
-            k = 1
-            while k < len(rest) and rest[k].text.startswith("-") and rest[k].text != "-c":
-                k += 1
-            if k < len(rest) and rest[k].text == "-c" and k + 1 < len(rest):
-                state.args = tuple(rest[k + 3:])
-                self.run_string(rest[k + 1], replace(ctx, state=state, depth=ctx.depth + 1,
-                                                     wrappers=tuple(wrappers), heredoc=None))
-                return True
-            if k < len(rest):
-                state.args = tuple(rest[k + 1:])
-                return self._child(rest[k], state, wrappers, ctx, site)
-            return False
-        if rest[0].text.endswith(".sh") or rest[0].text.startswith("./"):
-            state.args = tuple(rest[1:])
-            return self._child(rest[0], state, wrappers, ctx, site)
-        return False
-
-    def _child(self, target: Word, state: ShellState, wrappers: list[Wrapper], ctx: Ctx, site: Site) -> bool:
-        path = self.resolve(target.text, ctx.state.cwd) if target.known else None
-        if path is None or not self.exists(path) or path.endswith(".py"):
-            return False
-        if self.root is not None and not inside(path, self.root):
-            self.notes.append(Note(site.file, f"runs {target.text!r}, outside the job folder; not read", site.line,
-                                   "outside"))
-            return False
-        self.referenced.add(path)
-        self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, tuple(wrappers))
-        return True
-
-
-def _inside_quotes(src: Source, node: Node) -> Any:
+def _inside_quotes(src: Source, node: Node) -> Span:
     """The span of a value as written, inside its quotes when the whole value is one quoted string."""
     a, b = src.start(node), src.end(node)
     text = src.text[a:b]
@@ -667,28 +449,3 @@ def _inside_quotes(src: Source, node: Node) -> Any:
     return src.span(a, b)
 
 
-def _runs(lines: list[int]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for n in lines:
-        if out and n == out[-1][1] + 1:
-            out[-1] = (out[-1][0], n)
-        else:
-            out.append((n, n))
-    return out
-
-
-def _first_bad_line(src: Source) -> int | None:
-    """The first file line holding something tree-sitter could not read (not a statement inside an ERROR)."""
-    best: int | None = None
-    todo = errors(src.root)
-    while todo:
-        err = todo.pop()
-        for child in err.children or [err]:
-            if child.type == "ERROR" and child is not err:
-                todo.append(child)
-            elif child.type not in STATEMENTS and child.type != "comment":
-                line = src.line(src.start(child))
-                best = line if best is None else min(best, line)
-    if best is None and errors(src.root):
-        best = src.line(src.start(errors(src.root)[0]))
-    return best

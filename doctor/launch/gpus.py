@@ -59,6 +59,17 @@ def read_gpus(nvml: Any) -> tuple[GpuSample, ...]:
     return tuple(samples)
 
 
+def nvml_unavailable(exc: BaseException) -> str:
+    """Why NVML cannot be read, in words (GPU001's for a missing driver), not an exception's class name."""
+    from doctor.probes.nvml_child import NO_DRIVER
+
+    if getattr(exc, "value", None) in NO_DRIVER:
+        return "no NVIDIA driver on this host"
+    if isinstance(exc, ImportError):
+        return "NVML unavailable: the nvidia-ml-py package (pynvml) is not installed"
+    return f"NVML unavailable: {exc}"
+
+
 class GpuMonitor:
     """`start()`, then `snapshot()` -> (samples, error); error names why it is N/A."""
 
@@ -86,7 +97,7 @@ class GpuMonitor:
 
             pynvml.nvmlInit()
         except Exception as exc:
-            self._error = f"NVML unavailable ({type(exc).__name__}: {exc})"
+            self._error = nvml_unavailable(exc)
             return
         try:
             while not self._stop.is_set():

@@ -50,6 +50,20 @@ def run_job_checks(case: Case, budget_s: float = 60.0, on_event: Callable[[Event
                       mode="fix", preset_facts=node_presets(ids))
 
 
+def check_and_plan(case: Case, *, extra: Sequence[Finding] = (), only: Sequence[str] = (),
+                   unsafe: bool = False, budget_s: float = 60.0) -> tuple[Run, Plan]:
+    """What `gpu-doctor fix PATH` shows: the job checks run now, with `extra` findings
+    (a node's, e.g. GPU003's), planned; unsafe remedies in `Plan.skipped` unless `unsafe`.
+
+    The app's fix screen plans through this too, so the two never offer different plans.
+    """
+    from doctor.remedy.planner import make_plan
+
+    run = run_job_checks(case, budget_s=budget_s)
+    plan = make_plan(case, run.findings + list(extra), only=only, unsafe=unsafe, facts=run.facts)
+    return run, plan
+
+
 def recheck(case: Case, plan: Plan, budget_s: float = 60.0) -> Run:
     """Re-run the checks whose findings named the plan's applied remedies."""
     return run_job_checks(case, budget_s, only=sorted({c for rp in plan.ready for c in rp.checks}))

@@ -22,7 +22,7 @@ from typing import Any
 from doctor import __version__
 from doctor.facts import ProbeFailure
 from doctor.report import history, sources, timeline
-from doctor.report.versions import fact, pick, versions
+from doctor.report.versions import fact, job_interpreter, pick, versions
 from doctor.runner import Run
 from doctor.verdict import run_json
 
@@ -75,6 +75,7 @@ def topology(run: Run) -> dict[str, Any]:
 
 
 def system(run: Run) -> dict[str, Any]:
+    job_python, job_python_from = job_interpreter(run)
     return {
         "host": run.case.host,
         "fqdn": socket.getfqdn(),
@@ -83,7 +84,8 @@ def system(run: Run) -> dict[str, Any]:
         "machine": platform.machine(),
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
                    "executable": sys.executable},
-        "job_python": run.case.job_python,
+        "job_python": job_python,
+        "job_python_from": job_python_from,
         "cpu_count": os.cpu_count(),
     }
 

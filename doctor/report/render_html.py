@@ -23,7 +23,9 @@ h1 { font-size:1.6rem; } h2 { border-bottom:1px solid var(--line); padding-botto
 h3 { font-size:1.05rem; margin-bottom:.3rem; }
 table { border-collapse:collapse; margin:.5rem 0 1rem; width:100%; }
 th, td { border:1px solid var(--line); padding:.25rem .5rem; text-align:left; vertical-align:top;
-  overflow-wrap:anywhere; }
+  overflow-wrap:break-word; }
+td.key { white-space:nowrap; }
+td code { overflow-wrap:anywhere; }
 th { background:var(--code); }
 pre { background:var(--code); padding:.6rem .8rem; overflow-x:auto; border-radius:4px; font-size:13px; }
 code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
@@ -47,10 +49,28 @@ def badge(status: str) -> str:
     return f'<span class="badge s-{esc(status)}">{esc(view.status_label(status))}</span>'
 
 
+def inline(value: Any) -> str:
+    """Escaped text with its `code spans` (check messages and titles use them) as <code>."""
+    parts = view.text(value).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: leave the text as it is
+        return esc(value)
+    return "".join(f"<code>{html.escape(p)}</code>" if i % 2 else html.escape(p) for i, p in enumerate(parts))
+
+
+# Columns of IDs, statuses, layers and names: never broken inside a word ("SCP / 002").
+KEY_HEADERS = {"Status", "Check", "Layer", "Remedy", "Safety", "Applied", "Verified", "Component", "Field",
+               "Rule", "Count", "Index"}
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], raw_cols: Sequence[int] = ()) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c if i in raw_cols else esc(c)}</td>" for i, c in enumerate(row))
-                   + "</tr>" for row in rows)
+    keys = {i for i, h in enumerate(headers) if h in KEY_HEADERS}
+
+    def cell(i: int, c: Any) -> str:
+        attr = ' class="key"' if i in keys else ""
+        return f"<td{attr}>{c if i in raw_cols else inline(c)}</td>"
+
+    body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(row)) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -59,7 +79,7 @@ def pre(text: str) -> str:
 
 
 def para(text: str, cls: str = "") -> str:
-    return f'<p class="{cls}">{esc(text)}</p>' if cls else f"<p>{esc(text)}</p>"
+    return f'<p class="{cls}">{inline(text)}</p>' if cls else f"<p>{inline(text)}</p>"
 
 
 def render(doc: Mapping[str, Any]) -> str:
@@ -105,13 +125,13 @@ def sections(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 def _summary(doc: Mapping[str, Any]) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in doc["counts"].items() if n) or "no checks ran"
     rows = [(badge(c["status"]), f'<a href="#check-{esc(c["id"])}">{esc(c["id"])}</a>', esc(c["layer"]),
-             esc(c["message"])) for c in view.notable(doc)]
+             inline(c["message"])) for c in view.notable(doc)]
     return para(f"Checks: {counts}.") + (table(("Status", "Check", "Layer", "Message"), rows, (0, 1, 2, 3))
                                          if rows else para("No check found a problem."))
 
 
 def _diagnosis(doc: Mapping[str, Any]) -> str:
-    rows = [(esc(cause), badge(status), esc(explains), f"<code>{esc(nxt)}</code>")
+    rows = [(inline(cause), badge(status), esc(explains), f"<code>{esc(nxt)}</code>")
             for cause, status, explains, nxt in view.diagnosis_rows(doc)]
     if not rows:
         return para("No problem to diagnose.")
@@ -121,10 +141,10 @@ def _diagnosis(doc: Mapping[str, Any]) -> str:
 def _findings(doc: Mapping[str, Any]) -> str:
     out = []
     for c in view.notable(doc):
-        body = [f'<h3>{badge(c["status"])} {esc(c["id"])}: {esc(c["title"])}</h3>']
+        body = [f'<h3>{badge(c["status"])} {esc(c["id"])}: {inline(c["title"])}</h3>']
         blocks = view.finding_blocks(c)
         for status, message, evidence in blocks:
-            body.append(f"<p>{badge(status) + ' ' if len(blocks) > 1 else ''}{esc(message)}</p>")
+            body.append(f"<p>{badge(status) + ' ' if len(blocks) > 1 else ''}{inline(message)}</p>")
             if evidence:
                 body.append(pre("\n".join(evidence)))
         if c["remedies"]:

@@ -41,10 +41,29 @@ def cuda_version_text(value: Any) -> str | None:
     return str(value)
 
 
-def _row(name: str, value: Any, source: str, why: str | None) -> dict[str, Any]:
+def _row(name: str, value: Any, source: str, why: str | None, python: str | None = None) -> dict[str, Any]:
     text = None if value in (None, "") else str(value)
-    return {"name": name, "value": text, "source": source,
+    return {"name": name, "value": text, "source": source, "python": python,
             "note": None if text is not None else f"N/A ({why or 'not reported'})"}
+
+
+def job_interpreter(run: Run) -> tuple[str, str]:
+    """(the job's interpreter, how it was found): the one the torch and bindings probes ran."""
+    import sys
+
+    fw, _ = fact(run, "framework")
+    sp, _ = fact(run, "scorep_install")
+    python = pick(fw, "python") if fw is not None else None
+    python = python or (pick(sp, "python") if sp is not None else None) or run.case.job_python
+    if run.case.python:
+        return python, "--python"
+    job = run.facts.peek("job")
+    named = None if isinstance(job, ProbeFailure) or job is None else pick(job, "python")
+    if python == sys.executable:
+        return python, "gpu-doctor's own interpreter (the job names none that was found)"
+    if named:
+        return python, f"the job script's `{named}`, looked up on the job's PATH"
+    return python, "python3 on the job's PATH"
 
 
 def _failure_text(doc: Any) -> str | None:
@@ -110,18 +129,20 @@ def cuda_rows(run: Run) -> list[dict[str, Any]]:
 def framework_rows(run: Run) -> list[dict[str, Any]]:
     fw, why = fact(run, "framework")
     torch_version = pick(fw, "torch_version") if fw is not None else None
+    python = pick(fw, "python") if fw is not None else None
     if fw is not None and torch_version is None:
         torch_row = _row("torch", None, "framework",
-                         f"torch not importable: {pick(fw, 'import_error', 'error') or 'no reason given'}")
-        return [torch_row] + [_row(name, None, "framework", "see torch")
+                         f"torch not importable: {pick(fw, 'import_error', 'error') or 'no reason given'}", python)
+        return [torch_row] + [_row(name, None, "framework", "see torch", python)
                               for name in ("torch CUDA build", "torch CUDA use", "NCCL")]
     use = None if fw is None else ("works" if pick(fw, "ok") else f"fails: {pick(fw, 'error')}")
     return [
-        _row("torch", torch_version, "framework", why),
+        _row("torch", torch_version, "framework", why, python),
         _row("torch CUDA build", pick(fw, "torch_cuda") if fw else None, "framework",
-             why or "torch built without CUDA"),
-        _row("torch CUDA use", use, "framework", why),
-        _row("NCCL", pick(fw, "nccl_version") if fw else None, "framework", why or "not in this torch build"),
+             why or "torch built without CUDA", python),
+        _row("torch CUDA use", use, "framework", why, python),
+        _row("NCCL", pick(fw, "nccl_version") if fw else None, "framework", why or "not in this torch build",
+             python),
     ]
 
 
@@ -133,5 +154,5 @@ def scorep_rows(run: Run) -> list[dict[str, Any]]:
         for name, key in (("Score-P CUDA support", "cuda_support"), ("Score-P Python bindings", "python_bindings")):
             value = pick(sp, key)
             rows.append(_row(name, None if value is None else ("yes" if value else "no"), "scorep_install",
-                             "not reported"))
+                             "not reported", pick(sp, "python") if key == "python_bindings" else None))
     return rows

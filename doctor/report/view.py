@@ -98,7 +98,9 @@ def remedy_rows(check: Mapping[str, Any]) -> Iterable[tuple[Any, ...]]:
 
 
 def version_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    return [(v["name"], v["value"] or v["note"], v["source"]) for v in doc["versions"]]
+    """(component, version, source); the source names the interpreter a version was read in."""
+    return [(v["name"], v["value"] or v["note"],
+             f"{v['source']} (in {v['python']})" if v.get("python") else v["source"]) for v in doc["versions"]]
 
 
 def matrix_rows(topo: Mapping[str, Any]) -> list[list[str]]:
@@ -112,7 +114,8 @@ def system_rows(doc: Mapping[str, Any]) -> list[tuple[str, Any]]:
             ("Machine", s["machine"]), ("CPUs", s["cpu_count"]),
             ("Python (gpu-doctor)", f"{s['python']['implementation']} {s['python']['version']} "
                                     f"({s['python']['executable']})"),
-            ("Python (job)", s["job_python"]), ("Job folder", doc["run"]["path"] or "none (node only)"),
+            ("Python (job)", f"{s['job_python']} ({s['job_python_from']})" if s.get("job_python_from")
+             else s["job_python"]), ("Job folder", doc["run"]["path"] or "none (node only)"),
             ("Slurm job id", doc["run"]["slurm_job_id"] or "not in a Slurm job"),
             ("Run started", doc["run"]["start"]), ("Run duration (s)", doc["run"]["duration_s"])]
 

@@ -332,22 +332,16 @@ static PyObject *snapshot(int present, int64_t time, const int64_t *totals)
 
 static PyObject *state(const Sweep *s)
 {
-    PyObject *kept = PyList_New((Py_ssize_t)s->kept_len);
-    if (!kept) return NULL;
-    for (size_t i = 0; i < s->kept_len; i++) {
-        PyObject *row = int_list(s->kept + i * (NTOTALS + 3), NTOTALS + 3);
-        if (!row) { Py_DECREF(kept); return NULL; }
-        PyList_SET_ITEM(kept, (Py_ssize_t)i, row);
-    }
     return Py_BuildValue(
-        "{s:L,s:N,s:N,s:L,s:L,s:L,s:N,s:N,s:L,s:N,s:y#,s:N}",
+        "{s:L,s:N,s:N,s:L,s:L,s:L,s:N,s:N,s:L,s:N,s:y#,s:y#}",
         "last", (long long)s->last, "active", int_list(s->active, 4), "totals", int_list(s->totals, NTOTALS),
         "unmatched_leaves", (long long)s->unmatched_leaves, "out_of_order", (long long)s->out_of_order,
         "step_depth", (long long)s->step_depth,
         "step_open", snapshot(s->has_open, s->open_time, s->open_totals),
         "step_closed", snapshot(s->has_closed, s->closed_time, s->closed_totals),
         "step_count", (long long)s->step_count, "step_total", int_list(s->step_total, NTOTALS + 1),
-        "step_walls", s->walls ? (const char *)s->walls : "", (Py_ssize_t)(s->walls_len * sizeof(int64_t)), "kept", kept);
+        "step_walls", s->walls ? (const char *)s->walls : "", (Py_ssize_t)(s->walls_len * sizeof(int64_t)),
+        "kept", s->kept ? (const char *)s->kept : "", (Py_ssize_t)(s->kept_len * (NTOTALS + 3) * sizeof(int64_t)));
 }
 
 /* -- the module ---------------------------------------------------------------------------------- */

@@ -78,6 +78,9 @@ def _main(argv: list[str], progress: IO[str]) -> int:
             raise UsageError("--keep-steps must be 0 or more")
         if bool(args.merge) == bool(args.paths):
             raise UsageError("give PATHs to analyse, or --merge FILE... to combine documents (not both)")
+        if args.merge and (args.rank_range or args.step_regex):
+            raise UsageError("--merge combines documents as they were made: --rank-range and --step-regex "
+                             "belong to the runs that made them")
         if args.merge:
             report = merge_files(args.merge)
         else:

@@ -31,6 +31,7 @@ from doctor.timeline.model import (
     Step,
     StepSummary,
     TimelineReport,
+    step_rows,
 )
 from doctor.timeline.scaling import scaling_table
 
@@ -128,7 +129,7 @@ def rank_timeline(doc: Mapping[str, Any]) -> RankTimeline:
                      for s in steps["list"])
         summary = StepSummary(str(steps["region"]), int(steps["count"]), breakdown(steps["total"], resolution),
                               float(steps["median_wall_s"]), float(steps["min_wall_s"]),
-                              float(steps["max_wall_s"]), kept)
+                              float(steps["max_wall_s"]), step_rows(kept))
     return RankTimeline(label=str(doc["label"]), rank=doc["rank"], experiment=Path(doc["experiment"]),
                         devices=tuple(doc["devices"]), gpu_locations=tuple(doc["gpu_locations"]),
                         resolution=resolution, events=int(doc["events"]),

@@ -33,7 +33,9 @@ JSON document (`TimelineReport.to_json()`, `schema` = "gpu-doctor.timeline/1"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +105,16 @@ class Step:
                 **self.breakdown.to_json()}
 
 
+STEP_ROW = 2 + len(fields(Breakdown)) - 1   # index, start, then a Breakdown's ticks after resolution
+
+
 @dataclass(frozen=True)
 class StepSummary:
-    """All steps of one rank: the total, the wall-time spread, and the first `len(kept)` steps."""
+    """All steps of one rank: the total, the wall-time spread, and the first steps one by one.
+
+    The steps kept one by one are `rows`, a flat int64 array of `STEP_ROW` values per step
+    (index, start, wall, busy, ... as in Breakdown): ten thousand steps per rank cross from the
+    worker processes as one buffer, and become `Step`s only where they are shown."""
 
     region: str
     count: int
@@ -113,7 +122,17 @@ class StepSummary:
     median_wall: float
     min_wall: float
     max_wall: float
-    kept: tuple[Step, ...]
+    rows: array[int] = field(default_factory=lambda: array("q"))
+
+    @property
+    def kept(self) -> tuple[Step, ...]:
+        r, rows = self.total.resolution, self.rows
+        return tuple(Step(rows[i], rows[i + 1], Breakdown(r, *rows[i + 2:i + STEP_ROW]))
+                     for i in range(0, len(rows), STEP_ROW))
+
+    @property
+    def kept_count(self) -> int:
+        return len(self.rows) // STEP_ROW
 
     @property
     def mean(self) -> Breakdown:
@@ -128,6 +147,16 @@ class StepSummary:
                 "min_wall_s": self.min_wall, "max_wall_s": self.max_wall,
                 "total": self.total.to_json(), "mean": self.mean.to_json(),
                 "list": [step.to_json() for step in self.kept]}
+
+
+def step_rows(steps: Iterable[Step]) -> array[int]:
+    """`StepSummary.rows` from steps."""
+    rows = array("q")
+    for step in steps:
+        rows.append(step.index)
+        rows.append(step.start)
+        rows.extend(getattr(step.breakdown, f.name) for f in fields(Breakdown)[1:])
+    return rows
 
 
 @dataclass(frozen=True)

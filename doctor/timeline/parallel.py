@@ -54,10 +54,11 @@ def _read_here(index: int, task: Task, options: ReadOptions, total: int,
         if on_progress:
             on_progress(Progress(total, index, task.experiment, events))
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     read = read_with_notes(task, options, on_events)
     if on_progress:
-        on_progress(_finished(read, total, index + 1, time.perf_counter() - start, None))
+        on_progress(_finished(read, total, index + 1, time.perf_counter() - start, None,
+                              time.process_time() - cpu))
     return read
 
 
@@ -93,9 +94,10 @@ def c_stderr_captured() -> Iterator[list[str]]:
             lines.extend(ln for ln in text.splitlines() if ln.strip())
 
 
-def _finished(read: ExperimentRead, total: int, done: int, seconds: float, peak: float | None) -> Progress:
+def _finished(read: ExperimentRead, total: int, done: int, seconds: float, peak: float | None,
+              cpu: float) -> Progress:
     reader = read.ranks[0].reader if read.ranks else ""
-    return Progress(total, done, read.path, read.events, True, reader, peak, seconds)
+    return Progress(total, done, read.path, read.events, True, reader, peak, seconds, cpu)
 
 
 def peak_rss_mib() -> float | None:
@@ -110,7 +112,7 @@ def peak_rss_mib() -> float | None:
 
 
 def _worker(task: Task, options: ReadOptions, cwd: str, conn: Connection) -> None:
-    """In the worker process: read one folder, send progress, then ("done", read, peak MiB)."""
+    """In the worker process: read one folder, send progress, then ("done", read, peak MiB, CPU s)."""
     os.chdir(cwd)                 # paths stay as the user gave them, as in the serial run
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard == resource.RLIM_INFINITY or hard > WORKER_MEMORY:
@@ -121,7 +123,7 @@ def _worker(task: Task, options: ReadOptions, cwd: str, conn: Connection) -> Non
     except MemoryError:
         read = ExperimentRead(task.experiment, notes=(
             f"{task.experiment}: reading it needed more than {WORKER_MEMORY >> 30} GiB; left out",), failed=True)
-    conn.send(("done", read, peak_rss_mib()))
+    conn.send(("done", read, peak_rss_mib(), time.process_time()))
     conn.close()
 
 
@@ -179,13 +181,13 @@ class _Pool:
             read = ExperimentRead(experiment, notes=(f"{experiment}: the reader process died "
                                                      f"({_exit_reason(process.exitcode)}); left out",),
                                   failed=True)
-            peak = None
+            peak, cpu = None, 0.0
         else:
-            read, peak = message[1], message[2]
+            read, peak, cpu = message[1], message[2], message[3]
         self.results[index] = read
         self.done += 1
         if self.on_progress:
-            self.on_progress(_finished(read, len(self.tasks), self.done, time.perf_counter() - started, peak))
+            self.on_progress(_finished(read, len(self.tasks), self.done, time.perf_counter() - started, peak, cpu))
 
 
 def _exit_reason(code: int | None) -> str:

@@ -26,6 +26,7 @@ class Progress:
     reader: str = ""                  # "c" / "python" once finished with a trace
     peak_rss_mib: float | None = None  # the worker process's peak memory, when read in one
     seconds: float = 0.0               # how long that folder took
+    cpu_seconds: float = 0.0           # the CPU time it took (its worker's, or this process's)
 
     def line(self) -> str:
         """One plain line: `[3/8] scorep_rank_2: 4,000,000 events, C reader, 0.4 s`."""

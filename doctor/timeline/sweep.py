@@ -22,7 +22,7 @@ from array import array
 from typing import Any
 
 from doctor.timeline.classify import Kind
-from doctor.timeline.model import Breakdown, Step, StepSummary
+from doctor.timeline.model import STEP_ROW, Breakdown, StepSummary
 
 # Order of the running totals in a snapshot (Breakdown's fields after `resolution` and `wall`).
 _COMPUTE, _COMM = int(Kind.COMPUTE), int(Kind.COMM)
@@ -49,7 +49,7 @@ class RankSweep:
         self.step_count = 0
         self.step_total = [0] * (len(_TOTALS) + 1)
         self.step_walls = array("q")
-        self.kept: list[Step] = []
+        self.kept = array("q")                 # StepSummary.rows: STEP_ROW values per kept step
 
     @classmethod
     def restore(cls, start: int, resolution: int, window: str, keep_steps: int,
@@ -68,7 +68,8 @@ class RankSweep:
         sweep.step_total = list(state["step_total"])
         sweep.step_walls = array("q")
         sweep.step_walls.frombytes(state["step_walls"])
-        sweep.kept = [Step(row[0], row[1], Breakdown(resolution, *row[2:])) for row in state["kept"]]
+        sweep.kept = array("q")
+        sweep.kept.frombytes(state["kept"])
         return sweep
 
     def advance(self, t: int) -> None:
@@ -141,8 +142,10 @@ class RankSweep:
         for i, v in enumerate(values):
             self.step_total[i] += v
         self.step_walls.append(values[0])
-        if len(self.kept) < self.keep_steps:
-            self.kept.append(Step(self.step_count, start - self.origin, Breakdown(self.resolution, *values)))
+        if len(self.kept) < self.keep_steps * STEP_ROW:
+            self.kept.append(self.step_count)
+            self.kept.append(start - self.origin)
+            self.kept.extend(values)
         self.step_count += 1
 
     def finish(self, end: int) -> list[str]:
@@ -161,8 +164,8 @@ class RankSweep:
         if self.out_of_order:
             notes.append(f"{self.out_of_order} event(s) earlier than the one before them (clock "
                          "trouble); their time was not counted twice")
-        if self.step_count > len(self.kept):
-            notes.append(f"{self.step_count} steps; the first {len(self.kept)} are listed one by one")
+        if self.step_count > len(self.kept) // STEP_ROW:
+            notes.append(f"{self.step_count} steps; the first {len(self.kept) // STEP_ROW} are listed one by one")
         return notes
 
     def whole_run(self) -> Breakdown:
@@ -176,7 +179,7 @@ class RankSweep:
         median = walls[mid] if len(walls) % 2 else (walls[mid - 1] + walls[mid]) / 2
         r = self.resolution
         return StepSummary(region, self.step_count, Breakdown(r, *self.step_total), median / r,
-                           walls[0] / r, walls[-1] / r, tuple(self.kept))
+                           walls[0] / r, walls[-1] / r, self.kept)
 
 
 def _snapshot(value: tuple[int, list[int]] | None) -> tuple[int, list[int]] | None:

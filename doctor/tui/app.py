@@ -8,6 +8,10 @@ Build it with `make_app(case, options)` so tests can drive it with Pilot.
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -48,18 +52,37 @@ class DoctorCommands(Provider):
     async def search(self, query: str) -> Hits:
         app = self.app
         assert isinstance(app, DoctorApp)
-        entries = [
+        entries: list[tuple[str, Callable[[], Any], str]] = [
             ("Re-run checks", app.action_rerun, "Run every check of the playbook again"),
             ("Fix: preview and apply remedies", app.action_fix, "Choose remedies, preview diffs, apply"),
             ("Undo applied remedies", app.action_undo, "Restore files from the journal"),
             ("Launch the per-rank run", app.action_launch, "Start the fixed run with live status"),
+            ("Timeline: where the time went", app.action_timeline,
+             "gpu-doctor timeline on the job folder's traces, overlap-aware"),
             ("Export a report", app.action_report, "Write a redacted report file"),
+            ("Help: keys", app.action_help, "Every key of this screen"),
         ]
+        from doctor.runner import order_checks
+
+        for chk in order_checks(app.playbook_checks()):  # every check by its ID: "SCP002"
+            result = app.results.get(chk.id)
+            entries.append((f"{chk.id} {chk.title}", partial(app.open_check, chk.id),
+                            f"{result.status.value}: {result.message}" if result else "not finished yet"))
         matcher = self.matcher(query)
         for name, action, help_text in entries:
             score = matcher.match(name)
             if score > 0:
                 yield Hit(score, matcher.highlight(name), action, help=help_text)
+
+
+class ChecksTable(DataTable[Any]):
+    """The overview's table: its finding column takes the width left whenever the table's changes."""
+
+    def on_resize(self) -> None:
+        # The table's own size, after layout: the app hears a terminal resize before that.
+        app = self.app
+        if isinstance(app, DoctorApp):
+            app.fit_message_column()
 
 
 class DoctorApp(App[int]):
@@ -75,6 +98,7 @@ class DoctorApp(App[int]):
         Binding("u", "undo", "Undo"),
         Binding("l", "launch", "Launch"),
         Binding("e", "report", "Export report"),
+        Binding("question_mark,f1", "help", "Help"),
         Binding("p", "problems_only", "Problems only"),
         Binding("ctrl+c", "stop_or_quit", "Stop/Quit", priority=True),
         Binding("q", "quit", "Quit"),
@@ -95,7 +119,7 @@ class DoctorApp(App[int]):
         yield Header()
         yield Static("", id="verdict")
         yield DiagnosisPanel("", id="diagnosis")
-        yield DataTable(id="checks", cursor_type="row", zebra_stripes=True)
+        yield ChecksTable(id="checks", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -106,10 +130,10 @@ class DoctorApp(App[int]):
         table.add_column("finding", key="message", width=60)
         self._install_signal_handlers()
         self.call_after_refresh(self.fit_message_column)
+        for note in self.options.notes:
+            self.notify(note.removeprefix("gpu-doctor: "), markup=False, timeout=8)
         self.action_rerun()
 
-    def on_resize(self) -> None:
-        self.fit_message_column()
 
     def fit_message_column(self) -> None:
         """Give the finding column whatever width the other columns leave."""
@@ -163,6 +187,7 @@ class DoctorApp(App[int]):
         table = self.query_one("#checks", DataTable)
         table.clear()
         self.results.clear()
+        self.run_result = None  # until this run ends, the fix flow waits: no plan from stale findings
         self.diagnosis = None
         self.query_one(DiagnosisPanel).show(None)
         from doctor.runner import order_checks
@@ -251,8 +276,13 @@ class DoctorApp(App[int]):
                  for s in Status if c[s.value]]
         if self.run_result is not None and not self.checks_running:
             bad = exit_code(self.run_result, self.options.fail_on)
-            head = Text(" NOT READY " if bad else " READY ", style="bold white on red" if bad
-                        else "bold white on green")
+            if bad:
+                head = Text(" NOT READY ", style="bold white on red")
+            elif nothing_checked(self.run_result):
+                head = Text(" NOTHING CHECKED ", style="bold black on grey70")
+                parts.append(Text(nothing_checked_why(self.case), style="dim"))
+            else:
+                head = Text(" READY ", style="bold white on green")
         else:
             head = Text(" CHECKING ", style="bold black on yellow")
         self.query_one("#verdict", Static).update(Text.assemble(head, "  ", *parts))
@@ -267,6 +297,31 @@ class DoctorApp(App[int]):
     @on(DataTable.RowSelected, "#checks")
     def row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_open()
+
+    def open_check(self, check_id: str) -> None:
+        """Move to the check's row and open it (the palette's "SCP002 ...")."""
+        table = self.query_one("#checks", DataTable)
+        try:
+            table.move_cursor(row=table.get_row_index(check_id))
+        except Exception:  # a check of another playbook: not in this table
+            self.notify(f"{check_id} is not in the {self.options.playbook} playbook.", severity="warning")
+            return
+        self.action_open()
+
+    def action_help(self) -> None:
+        from doctor.tui.help import HelpScreen, screen_keys
+
+        if isinstance(self.screen, HelpScreen):
+            return
+        screen = self.screen
+        title = ("the overview" if screen is self.screen_stack[0]
+                 else type(screen).__name__.removesuffix("Screen").lower())
+        self.push_screen(HelpScreen(title, screen_keys(screen.active_bindings)))
+
+    def action_timeline(self) -> None:
+        from doctor.tui.timeline import TimelineScreen
+
+        self.push_screen(TimelineScreen(self.case.root or Path.cwd()))
 
     def action_open(self) -> None:
         result = self.selected_result()
@@ -334,6 +389,16 @@ class DoctorApp(App[int]):
             self.notify("Stopping every rank…")
             return
         self.exit(int(exit_code(self.run_result, self.options.fail_on)) if self.run_result else 0)
+
+
+def nothing_checked(run: Run) -> bool:
+    """Every check skipped: there was nothing to examine here, which is not "ready"."""
+    return all(r.status == Status.SKIP for r in run.results)
+
+
+def nothing_checked_why(case: Case) -> str:
+    where = f"no job found in {case.root}" if case.root else "no job folder"
+    return f"every check was skipped: {where} and no GPU to probe; open a job folder: gpu-doctor PATH"
 
 
 def make_app(case: Case, options: Options | None = None) -> DoctorApp:

@@ -17,6 +17,7 @@ from textual.widgets import Footer, Header, Static
 
 from doctor import registry
 from doctor.case import Case
+from doctor.catalogue_cli import doc_markdown
 from doctor.diagnosis import Diagnosis
 from doctor.model import CheckResult, Evidence
 from doctor.tui.diagnosis_view import links_renderable
@@ -92,8 +93,8 @@ class FindingScreen(Screen[None]):
             yield Static(Text("Remedies", style="bold underline"))
             yield Static(self.remedies_renderable(), id="remedies")
             yield Static(Text("About this check", style="bold underline"))
-            yield Static(Markdown(registry.get_check(r.check_id).doc or "(no documentation)"),
-                         id="explain")
+            doc = registry.get_check(r.check_id).doc
+            yield Static(Markdown(doc_markdown(doc)) if doc else Text("(no documentation)"), id="explain")
         yield Footer()
 
     def launch_renderable(self) -> RenderableType | None:

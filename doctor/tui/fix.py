@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
+from rich.segment import Segment
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import on, work
@@ -18,11 +19,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Header, Label, SelectionList, Static
+from textual.strip import Strip
+from textual.widgets import Button, Checkbox, Footer, Header, Label, SelectionList, Static
+from textual.widgets.option_list import OptionDoesNotExist
 from textual.widgets.selection_list import Selection
 
 from doctor.case import Case
 from doctor.model import CheckResult, Safety
+from doctor.remedy.verify import JOB_LAYERS
 
 if TYPE_CHECKING:
     from doctor.remedy.model import Plan, RemedyPlan
@@ -114,6 +118,24 @@ def remedy_label(rp: RemedyPlan) -> Text:
                          (f"  ({files})" if files else "", "dim"))
 
 
+class RemedyList(SelectionList[str]):
+    """A SelectionList whose unselected boxes are empty and plainly visible (Textual's draw
+    an X in a colour close to the background, which reads as selected on many terminals)."""
+
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        try:
+            selection = self.get_option_at_index(self.scroll_offset.y + y)
+        except OptionDoesNotExist:
+            return strip
+        if selection.value in self.selected:
+            return strip
+        segments = list(strip)
+        if len(segments) > 1 and segments[1].text == Checkbox.BUTTON_INNER:
+            segments[1] = Segment(" ", segments[1].style)
+        return Strip(segments, strip.cell_length)
+
+
 class FixScreen(Screen[bool]):
     """Choose, preview, apply, verify, undo. Dismisses with True when files changed."""
 
@@ -127,14 +149,19 @@ class FixScreen(Screen[bool]):
         super().__init__()
         self.case = case
         self.run_result = run
+        # The node's findings (GPU003 on this host...): `fix` reads them from --findings; the
+        # job folder's own are checked afresh for every plan, so the list is never stale.
+        self.node_findings = [f for f in run.findings if f.layer not in JOB_LAYERS]
+        self.job_run: Run | None = None
         self.plan: Plan | None = None
+        self.unsafe_plans: dict[str, RemedyPlan] = {}
         self.changed = False
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("planning remedies…", id="fix-summary")
         yield Static("", id="fix-result")
-        yield SelectionList[str](id="fix-list")
+        yield RemedyList(id="fix-list")
         with VerticalScroll(id="fix-preview"):
             yield Static("", id="fix-diff")
         yield Footer()
@@ -148,31 +175,52 @@ class FixScreen(Screen[bool]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="fix", description="planning remedies")
     def plan_worker(self) -> None:
-        plan = plan_for(self.case, self.run_result.findings, self.run_result.facts)
-        self.app.call_from_thread(self.show_plan, plan)
+        """The plan `gpu-doctor fix PATH` shows (checks run now), and the unsafe remedies' own plans."""
+        from doctor.remedy.planner import make_plan
+        from doctor.remedy.verify import check_and_plan
 
-    def show_plan(self, plan: Plan) -> None:
-        self.plan = plan
+        run, plan = check_and_plan(self.case, extra=self.node_findings)
+        full = make_plan(self.case, run.findings + self.node_findings, unsafe=True, facts=run.facts)
+        unsafe = {rp.remedy_id: rp for rp in full.remedies if rp.safety == Safety.UNSAFE}
+        self.app.call_from_thread(self.show_plan, run, plan, unsafe)
+
+    def offered(self) -> list[RemedyPlan]:
+        """What the list offers: the plan's ready remedies, then the unsafe ones `fix` skips."""
+        if self.plan is None:
+            return []
+        ready = [rp for rp in self.plan.remedies if rp.status == "ready"]
+        unsafe = [self.unsafe_plans[rp.remedy_id] for rp in self.plan.skipped
+                  if self.unsafe_plans.get(rp.remedy_id, rp).status == "ready"]
+        return ready + unsafe
+
+    def show_plan(self, run: Run, plan: Plan, unsafe: dict[str, RemedyPlan]) -> None:
+        self.job_run, self.plan, self.unsafe_plans = run, plan, unsafe
         sel = self.query_one("#fix-list", SelectionList)
         sel.clear_options()
-        ready = [rp for rp in plan.remedies if rp.status == "ready"]
-        for rp in ready:
+        offered = self.offered()
+        for rp in offered:
             sel.add_option(Selection(remedy_label(rp), rp.remedy_id, rp.safety == Safety.SAFE))
-        other = [rp for rp in plan.remedies if rp.status != "ready"]
-        safe = sum(rp.safety == Safety.SAFE for rp in ready)
-        manual = [rp for rp in other if rp.status in ("manual", "cannot")]
-        summary = (f"{plural(len(ready), 'remedy', 'remedies')} to apply"
-                   + (f" ({safe} safe, preselected)" if safe else "")
+        safe = sum(rp.safety == Safety.SAFE for rp in offered)
+        manual = [rp for rp in self.manual() if rp.steps]
+        summary = (f"{plural(len(offered), 'remedy', 'remedies')} to apply"
+                   + (f" ({safe} safe, preselected; unsafe ones edit your code)" if safe else "")
                    + (f"; {plural(len(manual), 'remedy needs', 'remedies need')} manual steps (below)"
                       if manual else "")
                    + ".  space: toggle  a: apply  u: undo")
-        if not ready:
+        if not offered:
             summary = "Nothing to apply: every remedy here is applied or needs manual steps (below).  u: undo"
         self.query_one("#fix-summary", Static).update(summary)
         self.show_preview()
-        if ready:
+        if offered:
             sel.highlighted = 0  # a visible cursor, so the first space or arrow acts on a row
             sel.focus()
+
+    def manual(self) -> list[RemedyPlan]:
+        """The remedies with steps to follow by hand (and unsafe ones that cannot apply here)."""
+        if self.plan is None:
+            return []
+        skipped = [self.unsafe_plans.get(rp.remedy_id, rp) for rp in self.plan.skipped]
+        return [rp for rp in list(self.plan.remedies) + skipped if rp.status in ("manual", "cannot")]
 
     @on(SelectionList.SelectedChanged, "#fix-list")
     @on(SelectionList.SelectionHighlighted, "#fix-list")
@@ -181,13 +229,15 @@ class FixScreen(Screen[bool]):
             return
         chosen = set(self.query_one("#fix-list", SelectionList).selected)
         parts: list[RenderableType] = []
-        for rp in self.plan.remedies:
-            if rp.status == "ready" and rp.remedy_id in chosen:
+        for rp in self.offered():
+            if rp.remedy_id in chosen:
                 diff = "".join(c.diff(self.plan.root) for c in rp.changes)
                 parts += [Text(f"# {rp.remedy_id} ({rp.safety.value}): {rp.title}", style="bold"),
                           Syntax(diff, "diff", theme="ansi_dark", word_wrap=True)]
-        for rp in self.plan.remedies:
-            if rp.status in ("manual", "cannot") and rp.steps:
+                if rp.note:
+                    parts.append(Text(f"  {rp.note}", style="italic"))
+        for rp in self.manual():
+            if rp.steps:
                 parts.append(Text(f"# {rp.remedy_id} ({rp.status}): {rp.title}", style="bold cyan"))
                 parts += [Text(f"  {i}. {s}") for i, s in enumerate(rp.steps, 1)]
         self.query_one("#fix-diff", Static).update(Group(*parts) if parts else Text("nothing selected",
@@ -215,8 +265,9 @@ class FixScreen(Screen[bool]):
         from doctor.remedy.planner import make_plan
         from doctor.remedy.verify import recheck, record, verify_plan
 
-        plan = make_plan(self.case, self.run_result.findings, only=chosen, unsafe=True,
-                         facts=self.run_result.facts)
+        assert self.job_run is not None  # the list is only filled once a plan is there
+        plan = make_plan(self.case, self.job_run.findings + self.node_findings, only=chosen, unsafe=True,
+                         facts=self.job_run.facts)
         try:
             result = apply_plan(plan, ["gpu-doctor", "(tui)", "fix", *chosen])
         except RemedyError as exc:

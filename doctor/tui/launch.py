@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.text import Text
 from textual import on, work
@@ -21,6 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import (
     Button,
     Checkbox,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from doctor.launch.events import RankStatus, RunSummary
     from doctor.tui.options import Options
 
+W = TypeVar("W", bound=Widget)
 LOG_MAX_LINES = 2000
 LINES_PER_TICK = 60
 BUFFER_LINES = 5000
@@ -50,6 +52,12 @@ LAST_LINE_WIDTH = 80  # characters of a rank's last line in the table (the log p
 GPU_HISTORY = 60
 STATE_STYLE = {"pending": "dim", "starting": "cyan", "running": "bold cyan", "done": "green",
                "failed": "bold red", "killed": "magenta"}
+
+
+def labelled(widget: W, label: str) -> W:
+    """A form field with its name in its top border (the form stays one row high)."""
+    widget.border_title = label
+    return widget
 
 
 def suggested_command(case: Case, facts: dict[str, Any] | None) -> tuple[str, int]:
@@ -132,12 +140,13 @@ class LaunchScreen(Screen[None]):
         command, nproc = suggested_command(self.case, self.facts)
         yield Header()
         with Horizontal(id="launch-form"):
-            yield Input(command, id="command", placeholder="train.py --args")
-            yield Input(str(nproc), id="nproc", type="integer", max_length=3)
-            yield Select([("uninstrumented", "none"), ("Score-P --cuda", "scorep")],
-                         value=str(self.options.extra.get("instrument", "none")), id="instrument",
-                         allow_blank=False)
-            yield Checkbox("warm-up", value=bool(self.options.extra.get("warmup", True)), id="warmup")
+            yield labelled(Input(command, id="command", placeholder="train.py --args"),
+                           "training script and its arguments")
+            yield labelled(Input(str(nproc), id="nproc", type="integer", max_length=3), "ranks")
+            yield labelled(Select([("uninstrumented", "none"), ("Score-P --cuda", "scorep")],
+                                  value=str(self.options.extra.get("instrument", "none")), id="instrument",
+                                  allow_blank=False), "measurement")
+            yield Checkbox("CUDA warm-up", value=bool(self.options.extra.get("warmup", True)), id="warmup")
             yield Button("Start", variant="primary", id="start")
         yield DataTable(id="ranks", cursor_type="row")
         yield Log(id="rank-log", max_lines=LOG_MAX_LINES, highlight=False)

@@ -17,3 +17,4 @@ class Options:
     budget_s: float = 60.0
     fail_on: str = "error"
     extra: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # said once when the app opens (a file given as PATH...)

@@ -85,3 +85,4 @@ class ReportScreen(ModalScreen[Path | None]):
         self.written = target
         status.update(Text(words, style="green"))
         self.app.notify(f"report written: {target}", markup=False)
+        self.dismiss(target)  # done: back to where the user was; the notification says where it went

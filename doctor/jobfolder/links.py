@@ -1,0 +1,139 @@
+"""The links between scripts the walker follows: scripts a script runs (`bash x.sh args`, `./x.sh`,
+`bash -c '...'`), files it sources, the wrapper script `torchrun --no-python` runs in every worker,
+and `-m pkg.mod` as a file. Where a link leaves the job folder it is noted, not read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from doctor.jobfolder import argv as argvmod
+from doctor.jobfolder.model import TASK_WRAPPERS, Command, EnvVar, Note, Site, Word, Wrapper
+from doctor.jobfolder.reading import inside
+from doctor.jobfolder.state import Ctx, ShellState
+
+SHELL_NAMES = {"bash", "sh", "zsh", "dash", "ksh"}
+# What torchrun / accelerate / deepspeed give every worker they start.
+WORKER_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+               "MASTER_PORT")
+
+
+class Links:
+    """Following one script into another (mixed into the walker)."""
+
+    root: str | None
+    notes: list[Note]
+    referenced: set[str]
+    exists: Callable[[str], bool]
+
+    def run_file(self, path: str, state: ShellState, flow: int, role: str, depth: int = 0,
+                 wrappers: tuple[Wrapper, ...] = ()) -> None:
+        raise NotImplementedError
+
+    def run_string(self, word: Word, ctx: Ctx) -> None:
+        raise NotImplementedError
+
+    def _workers(self, cmd: Command, rest: list[Word], launch: Any, ctx: Ctx) -> None:
+        """`torchrun --no-python ./wrapper.sh args`: walk the wrapper as every worker runs it."""
+        target_at = len(rest) - len(launch.training_args) - 1
+        if not 0 < target_at < len(rest):
+            return
+        target = rest[target_at]
+        args = rest[target_at + 1:]
+        if argvmod.base(target.text) in SHELL_NAMES and args:
+            target, args = args[0], args[1:]
+        path = self.resolve(target.text, ctx.state.cwd)
+        if path is None or path.endswith(".py") or not self.exists(path):
+            return
+        if self.root is not None and not inside(path, self.root):
+            self.notes.append(Note(cmd.site.file, f"torchrun runs {target.text!r}, outside the job folder; "
+                                                  "not read", cmd.site.line, "outside"))
+            return
+        env = dict(cmd.env)
+        for name in WORKER_VARS:
+            env[name] = EnvVar(name, None, f"<set by {argvmod.base(launch.interpreter)}>", None, True,
+                               varies=name in ("RANK", "LOCAL_RANK", "GROUP_RANK"))
+        state = ShellState(env, ctx.state.cwd, False, {}, True, tuple(args), cmd)
+        self.referenced.add(path)
+        self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, ())
+
+    def resolve(self, path: str, cwd: str) -> str | None:
+        """Absolute path of a script named on a command line (None when not statically known)."""
+        if not path or "$" in path or "`" in path:
+            return None
+        return os.path.normpath(os.path.join(cwd, path))
+
+    def resolve_module(self, module: str, cwd: str, env: dict[str, EnvVar]) -> str | None:
+        """`-m pkg.mod` as a file: in the working folder, the PYTHONPATH the scripts set, the job folder."""
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+            return None
+        dirs = [cwd]
+        pp = env.get("PYTHONPATH")
+        if pp is not None and pp.value:
+            dirs += [os.path.normpath(os.path.join(cwd, d)) for d in pp.value.split(":") if d]
+        if self.root is not None:
+            dirs.append(self.root)
+        parts = module.split(".")
+        for d in dict.fromkeys(dirs):
+            stem = os.path.join(d, *parts)
+            for cand in (stem + ".py", os.path.join(stem, "__main__.py")):
+                if self.exists(cand) and (self.root is None or inside(cand, self.root)):
+                    return os.path.normpath(cand)
+        return None
+
+    def _source(self, target: Word, args: list[Word], ctx: Ctx, site: Site) -> None:
+        path = self.resolve(target.text, ctx.state.cwd) if target.known else None
+        if path is None:
+            self.notes.append(Note(site.file, f"sources {target.text!r}, which cannot be resolved statically",
+                                   site.line, "unresolved"))
+            return
+        if self.root is not None and not inside(path, self.root):
+            self.notes.append(Note(site.file, f"sources {target.text!r}, outside the job folder; not read",
+                                   site.line, "outside"))
+            return
+        self.referenced.add(path)
+        saved = ctx.state.args
+        if args:
+            ctx.state.args = tuple(args)
+        self.run_file(path, ctx.state, ctx.flow, "sourced", ctx.depth + 1)
+        ctx.state.args = saved
+
+    def _nested_shell(self, rest: list[Word], wrappers: list[Wrapper], env: dict[str, EnvVar], ctx: Ctx,
+                      site: Site) -> bool:
+        """`bash -c '...'`, `bash x.sh args`, `./x.sh args`: walk what they run, in a new shell."""
+        head = argvmod.base(rest[0].text)
+        per_task = ctx.state.per_task or any(w.name in TASK_WRAPPERS for w in wrappers)
+        state = ShellState(dict(env), ctx.state.cwd, False, {}, per_task, None, ctx.state.parent)
+        if head in SHELL_NAMES:
+            k = 1
+            while k < len(rest) and rest[k].text.startswith("-") and rest[k].text != "-c":
+                k += 1
+            if k < len(rest) and rest[k].text == "-c" and k + 1 < len(rest):
+                state.args = tuple(rest[k + 3:])
+                self.run_string(rest[k + 1], replace(ctx, state=state, depth=ctx.depth + 1,
+                                                     wrappers=tuple(wrappers), heredoc=None))
+                return True
+            if k < len(rest):
+                state.args = tuple(rest[k + 1:])
+                return self._child(rest[k], state, wrappers, ctx, site)
+            return False
+        if rest[0].text.endswith(".sh") or rest[0].text.startswith("./"):
+            state.args = tuple(rest[1:])
+            return self._child(rest[0], state, wrappers, ctx, site)
+        return False
+
+    def _child(self, target: Word, state: ShellState, wrappers: list[Wrapper], ctx: Ctx, site: Site) -> bool:
+        path = self.resolve(target.text, ctx.state.cwd) if target.known else None
+        if path is None or not self.exists(path) or path.endswith(".py"):
+            return False
+        if self.root is not None and not inside(path, self.root):
+            self.notes.append(Note(site.file, f"runs {target.text!r}, outside the job folder; not read", site.line,
+                                   "outside"))
+            return False
+        self.referenced.add(path)
+        self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, tuple(wrappers))
+        return True
