@@ -80,7 +80,8 @@ def test_instrumented_rank_commands_and_environments_are_exact(tmp_path: Path) -
         assert plan.rank_env == {
             "RANK": str(plan.rank), "LOCAL_RANK": str(plan.rank), "WORLD_SIZE": "2",
             "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29611",
-            "SCOREP_EXPERIMENT_DIRECTORY": f"scorep_rank_{plan.rank}", "PYTHONUNBUFFERED": "1"}
+            "SCOREP_EXPERIMENT_DIRECTORY": f"scorep_rank_{plan.rank}", "SCOREP_TOTAL_MEMORY": "256M",
+            "PYTHONUNBUFFERED": "1"}
         assert plan.log_path == str(tmp_path / "run" / f"rank_{plan.rank}.log")
         env = plan.env(spec.base_env())
         assert "SCOREP_PYTHON_BINDINGS_INITIALISED" not in env   # else scorep would skip its re-exec
@@ -100,7 +101,7 @@ def test_srun_command_runs_one_instrumented_task_per_rank(tmp_path: Path) -> Non
     assert cmd[:task - 2] == [
         "srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--distribution=block",
         "--kill-on-bad-exit=0", "--label", "--unbuffered", f"--chdir={tmp_path}",
-        "--export=ALL,MASTER_ADDR=node01,MASTER_PORT=29712"]
+        "--export=ALL,MASTER_ADDR=node01,MASTER_PORT=29712,SCOREP_TOTAL_MEMORY=256M"]
     assert cmd[task + 1:] == ["--rendezvous-timeout", "300", "--warmup-python", "/opt/py/bin/python", "--warmup-budget", "300",
                               "--require-cuda", "--", "/opt/py/bin/python", "-m", "scorep", "--cuda",
                               "train.py", "--max_steps", "50"]
@@ -194,12 +195,16 @@ def test_missing_scorep_names_what_was_looked_for(tmp_path: Path, capsys: pytest
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "train.py").write_text("")
     monkeypatch.setenv("PATH", str(tmp_path))
-    code = gpu_doctor(["launch", "--instrument", "scorep", "--workdir", str(tmp_path), "--python", PYTHON,
+    # an interpreter without the bindings (this venv may hold the real ones: scripts/build-scorep.sh)
+    bare = tmp_path / "python"
+    bare.write_text(f"#!/bin/sh\nexec {PYTHON} -I -S \"$@\"\n")
+    bare.chmod(0o755)
+    code = gpu_doctor(["launch", "--instrument", "scorep", "--workdir", str(tmp_path), "--python", str(bare),
                        "--", "train.py"])
     err = capsys.readouterr().err
     assert code == 2
     assert "`scorep-config` is not on PATH" in err
-    assert f"the `scorep` Python module is not importable by {PYTHON}" in err
+    assert f"the `scorep` Python module is not importable by {bare}" in err
 
 
 def test_scorep_found_through_the_stand_in(tmp_path: Path) -> None:
