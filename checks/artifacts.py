@@ -335,8 +335,10 @@ def log_signatures(facts: Facts) -> Outcome | list[Outcome]:
     for the messages of the field guide's failures: dropped CUPTI records (with the
     dropped count, the current and the proposed SCOREP_CUDA_BUFFER), Score-P's memory
     clamp, `Unknown option: '--'`, `dummyHasPrimaryContext` / `ncclCommWatchdog`, the
-    FP16 ValueError, CUDA error 802, experiment folder collisions, `tpd == 0` and the
-    `load_best_model_at_end` ValueError.
+    FP16 ValueError, CUDA error 802, experiment folder collisions, `tpd == 0`, the
+    `load_best_model_at_end` ValueError, and what real Score-P 8.4 prints when its measurement
+    memory runs out (`No free memory page available`), when `--cuda` meets a Score-P without
+    CUDA, when `scorep-config` or a C compiler is missing, and its call-path depth warning.
 
     Why is this bad?
     Each one names a failure whose cause lives elsewhere (a too small buffer, a
@@ -348,7 +350,8 @@ def log_signatures(facts: Facts) -> Outcome | list[Outcome]:
 
     Remedy:
     The matching check's remedy: SCP004 (SCOREP_CUDA_BUFFER above the proposal),
-    SCP003, SCP005, SCP006, SCR002, GPU003, TRN001, TRN002.
+    SCP003, SCP005, SCP006, SCP009 (SCOREP_TOTAL_MEMORY from Score-P's own value), SCP010,
+    SCP001, SCR002, GPU003, TRN001, TRN002.
 
     Severity:
     fail for each signature that means a failed or lost run (dropped records, `--`, the watchdog

@@ -200,7 +200,9 @@ def _warmup_outcome(job: Job, cmd: Command, adapter: Adapter, cold: ColdRuntime)
                         "cuda-warmup", data=data | {"warmup_line": w.site.line})
         return passed("CUDA is warmed up outside Score-P before the instrumented launch",
                       [ev(job, w.site, "warm-up")])
-    evidence = [ev(job, cmd.site, "launch"), *adapter.evidence[:1], *cold.evidence]
+    launch_ev = ev(job, cmd.site, "launch")
+    evidence = [launch_ev, *(e for e in adapter.evidence[:1] if (e.file, e.line) != (launch_ev.file, launch_ev.line)),
+                *cold.evidence]
     why = ""
     if smi:
         evidence.append(ev(job, smi[-1].site, "driver API only"))

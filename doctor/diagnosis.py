@@ -45,9 +45,19 @@ LINKS: tuple[Link, ...] = (
     Link("ART002", ("SCP002", "SCP007", "SCP001"),
          "no CUDA in the measurement: the adapter was not loaded (--cuda), told to record nothing "
          "(SCOREP_CUDA_ENABLE), or Score-P has no CUDA support"),
-    Link("ART003", ("ART004:nccl_watchdog_teardown", "ART004:tpd_zero", "SCR002", "SCP006"),
-         "a rank that dies before Score-P flushes leaves no complete folder: the NCCL watchdog racing the "
-         "teardown (no destroy_process_group), or ranks sharing one folder"),
+    Link("ART003", ("ART004:scorep_oom", "SCP009", "ART004:nccl_watchdog_teardown", "ART004:tpd_zero", "SCR002",
+                    "SCP006"),
+         "a rank that dies before Score-P flushes leaves no complete folder: Score-P's measurement memory "
+         "running out, the NCCL watchdog racing the teardown (no destroy_process_group), or ranks sharing "
+         "one folder"),
+    Link("ART004:scorep_oom", ("SCP009",),
+         "the Python instrumenter's records of `import torch` filled SCOREP_TOTAL_MEMORY (default 16000k)"),
+    Link("ART004:scorep_cuda_unsupported", ("SCP001",), "--cuda asked of a Score-P built without CUDA support"),
+    Link("ART004:scorep_no_config", ("SCP001",), "scorep-config is not on the job's PATH"),
+    Link("ART004:scorep_no_compiler", ("SCP001",),
+         "python -m scorep compiles its init library at every start: no C compiler on the job's PATH"),
+    Link("ART004:callpath_depth", ("SCP010",), "the unfiltered Python instrumenter records call paths deeper "
+                                              "than SCOREP_PROFILING_MAX_CALLPATH_DEPTH"),
     Link("ART004:nccl_watchdog_teardown", ("SCR002",),
          "the NCCL watchdog raced Score-P's teardown: nothing destroyed the process group before exit"),
     Link("ART004:tpd_zero", ("SCR002",), "Score-P was entered from a teardown thread it has no location for"),

@@ -77,7 +77,10 @@ def write_job(folder: Path, text: str = DDP_JOB, name: str = "job.py") -> Path:
 
 
 def fake_scorep_env(tmp: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """An environment where `python -m scorep` is the stand-in and scorep-config is on PATH."""
+    """An environment where `python -m scorep` is the stand-in and scorep-config is on PATH.
+
+    For the launcher's own behaviour only (see tests/fake_scorep/scorep/__main__.py for where and
+    why); what Score-P itself does is tested against real Score-P in tests/test_scorep_real.py."""
     env = dict(os.environ if base is None else base)
     bin_dir = tmp / "fake_bin"
     bin_dir.mkdir(exist_ok=True)

@@ -152,3 +152,25 @@ def test_expected_ranks_from_a_backgrounded_loop_and_from_torchrun(tmp_path: Pat
     assert expected_ranks(m.Job(None, commands=(cmd,)))[0] == 4
     assert expected_ranks(m.Job(None)) is None
     assert expected_ranks(None) is None
+
+
+def test_art003_after_a_multinode_launch_counts_per_node_and_names_the_empty_node(tmp_path: Path) -> None:
+    # What `gpu-doctor launch` passes after 2 nodes x 2 ranks: its WORLD_SIZE and each rank's node.
+    tg.per_rank_job(tmp_path, 2, cuda=False)                      # only node1's ranks 0, 1 left folders
+    launch = {"world_size": 4, "rank_nodes": {0: "gpu07", 1: "gpu07", 2: "gpu08", 3: "gpu08"}}
+    run = run_checks(Case(root=tmp_path, env={}, options={"launch": launch}), ["ART003"], budget_s=60)
+    [art003] = [r for r in run.results if r.check_id == "ART003"]
+
+    assert art003.status == Status.FAIL
+    [finding] = [f for f in art003.findings if f.status == Status.FAIL]
+    assert finding.message == ("2 of 4 ranks left a complete measurement; missing or incomplete: rank 2, rank 3; "
+                               "no experiment folder from any rank on gpu08 (ranks 2, 3)")
+    per_node = [e.text for e in finding.evidence if e.label == "per node"]
+    assert per_node == ["gpu07: 2 of 2 ranks measured (ranks 0, 1)", "gpu08: 0 of 2 ranks measured (ranks 2, 3)"]
+    assert finding.entities["nodes"] == ["gpu08"]
+
+
+def test_art003_without_the_launch_counts_only_the_folders_it_sees(tmp_path: Path) -> None:
+    tg.per_rank_job(tmp_path, 2, cuda=False)
+    run = run_checks(Case(root=tmp_path, env={}), ["ART003"], budget_s=60)
+    assert [r.status for r in run.results if r.check_id == "ART003"] == [Status.PASS]

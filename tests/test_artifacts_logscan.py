@@ -39,6 +39,18 @@ CASES = [
                      "but found\n- Evaluation strategy: IntervalStrategy.NO\n- Save strategy: "
                      "SaveStrategy.STEPS\n",
      {"eval_strategy": "IntervalStrategy.NO", "save_strategy": "SaveStrategy.STEPS"}),
+    # Real Score-P 8.4 produces these in tests/test_scorep_real.py; here: the parsing of their values.
+    ("scorep_oom", "[Score-P] src/measurement/SCOREP_Memory.c:187: Error: No free memory page available: Out of "
+                   "memory. Please increase SCOREP_TOTAL_MEMORY=16375808 and try again.\n",
+     {"total_memory": 16375808}),
+    ("scorep_cuda_unsupported", "strerr: [Score-P] ERROR: Unsupported feature 'cuda' cannot be enabled by "
+                                "'--cuda'\n", {}),
+    ("callpath_depth", "[Score-P] src/measurement/profiling/scorep_profile_collapse.c:77: Warning: Score-P callpath "
+                       "depth limitation of 100 exceeded.\nReached callpath depth was 178.\nConsider setting "
+                       "SCOREP_PROFILING_MAX_CALLPATH_DEPTH to 178.\n", {"max_depth": 100, "reached_depth": 178}),
+    ("scorep_no_config", "FileNotFoundError: [Errno 2] No such file or directory: 'scorep-config'\n", {}),
+    ("scorep_no_compiler", "setuptools._distutils.compilers.C.errors.CompileError: [Errno 2] No such file or "
+                           "directory: 'cc'\n", {"compiler": "cc"}),
 ]
 
 

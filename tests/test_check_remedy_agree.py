@@ -24,6 +24,8 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 FOLDERS = sorted([p / "broken" for p in (TESTS / "fixtures" / "launch_chain").iterdir()]
                  + [p for p in (TESTS / "fixtures" / "jobs").iterdir() if p.is_dir()]
+                 # job folders after a run: what their logs hold raises the log-driven checks
+                 + [p for p in (TESTS / "fixtures" / "runs").iterdir() if p.is_dir()]
                  + [REPO / "examples" / "scorep-ddp-broken"]) + [Path("remedy_util") / "seed"]
 
 

@@ -80,7 +80,8 @@ def test_instrumented_rank_commands_and_environments_are_exact(tmp_path: Path) -
         assert plan.rank_env == {
             "RANK": str(plan.rank), "LOCAL_RANK": str(plan.rank), "WORLD_SIZE": "2",
             "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29611",
-            "SCOREP_EXPERIMENT_DIRECTORY": f"scorep_rank_{plan.rank}", "PYTHONUNBUFFERED": "1"}
+            "SCOREP_EXPERIMENT_DIRECTORY": f"scorep_rank_{plan.rank}", "SCOREP_TOTAL_MEMORY": "256M",
+            "PYTHONUNBUFFERED": "1"}
         assert plan.log_path == str(tmp_path / "run" / f"rank_{plan.rank}.log")
         env = plan.env(spec.base_env())
         assert "SCOREP_PYTHON_BINDINGS_INITIALISED" not in env   # else scorep would skip its re-exec
@@ -100,7 +101,7 @@ def test_srun_command_runs_one_instrumented_task_per_rank(tmp_path: Path) -> Non
     assert cmd[:task - 2] == [
         "srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--distribution=block",
         "--kill-on-bad-exit=0", "--label", "--unbuffered", f"--chdir={tmp_path}",
-        "--export=ALL,MASTER_ADDR=node01,MASTER_PORT=29712"]
+        "--export=ALL,MASTER_ADDR=node01,MASTER_PORT=29712,SCOREP_TOTAL_MEMORY=256M"]
     assert cmd[task + 1:] == ["--rendezvous-timeout", "300", "--warmup-python", "/opt/py/bin/python", "--warmup-budget", "300",
                               "--require-cuda", "--", "/opt/py/bin/python", "-m", "scorep", "--cuda",
                               "train.py", "--max_steps", "50"]
@@ -194,12 +195,16 @@ def test_missing_scorep_names_what_was_looked_for(tmp_path: Path, capsys: pytest
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "train.py").write_text("")
     monkeypatch.setenv("PATH", str(tmp_path))
-    code = gpu_doctor(["launch", "--instrument", "scorep", "--workdir", str(tmp_path), "--python", PYTHON,
+    # an interpreter without the bindings (this venv may hold the real ones: scripts/build-scorep.sh)
+    bare = tmp_path / "python"
+    bare.write_text(f"#!/bin/sh\nexec {PYTHON} -I -S \"$@\"\n")
+    bare.chmod(0o755)
+    code = gpu_doctor(["launch", "--instrument", "scorep", "--workdir", str(tmp_path), "--python", str(bare),
                        "--", "train.py"])
     err = capsys.readouterr().err
     assert code == 2
     assert "`scorep-config` is not on PATH" in err
-    assert f"the `scorep` Python module is not importable by {PYTHON}" in err
+    assert f"the `scorep` Python module is not importable by {bare}" in err
 
 
 def test_scorep_found_through_the_stand_in(tmp_path: Path) -> None:
@@ -357,3 +362,26 @@ def test_gpu_monitor_through_the_fake_nvml_library(fake_node: Callable[..., dict
     out = subprocess.run([PYTHON, "-c", SAMPLE_GPUS], env=cli_env(fake_node(scenario)), capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.startswith(expected), out.stdout + out.stderr
+
+
+def test_ranks_sit_on_nodes_in_blocks_and_a_node_whose_ranks_all_died_is_lost() -> None:
+    from doctor.launch import placement
+    from doctor.launch.events import RankResult, RankState
+
+    nodes = placement.rank_nodes(("gpu07", "gpu08"), 2)
+    assert nodes == {0: "gpu07", 1: "gpu07", 2: "gpu08", 3: "gpu08"}
+    results = [RankResult(0, RankState.KILLED, -15, 1, "", ()), RankResult(1, RankState.FAILED, 1, 1, "", ()),
+               RankResult(2, RankState.FAILED, -9, 1, "", ()), RankResult(3, RankState.FAILED, -9, 1, "", ())]
+    assert placement.lost_nodes(results, nodes) == {"gpu08": [2, 3]}
+
+
+def test_rendezvous_marks_say_rank_node_and_what_round_trip() -> None:
+    from doctor.launch import placement
+
+    line = placement.reach_line(3, "gpu08", "10.0.0.7:29512", False, "connect timed out after 3 s")
+    assert line == "gpu-doctor: rank 3 on gpu08 cannot reach 10.0.0.7:29512 (connect timed out after 3 s)"
+    assert placement.parse_mark(line) == placement.RendezvousMark(3, "gpu08", "unreachable",
+                                                                  "connect timed out after 3 s")
+    joined = placement.parse_mark(placement.joined_line(0, "gpu07", "10.0.0.7:29512"))
+    assert joined == placement.RendezvousMark(0, "gpu07", "joined")
+    assert placement.parse_mark("gpu-doctor: rank 3 says hello") is None

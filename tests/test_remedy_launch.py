@@ -137,7 +137,10 @@ def test_each_rank_runs_under_its_own_scorep_wrapper_and_folder(tmp_path: Path) 
 def test_without_scorep_and_without_the_flag_it_says_so(tmp_path: Path) -> None:
     job = make_ddp_job(tmp_path / "job")
     apply_per_rank_launch(job)
-    proc = run_job(job, PYTHONPATH="", GPU_DOCTOR_UNINSTRUMENTED="0")
+    hide = tmp_path / "no_scorep"  # this venv may hold the real bindings (scripts/build-scorep.sh)
+    hide.mkdir()
+    (hide / "scorep.py").write_text("raise ImportError('the Score-P bindings are not installed')\n")
+    proc = run_job(job, PYTHONPATH=str(hide), GPU_DOCTOR_UNINSTRUMENTED="0")
     assert "Score-P's Python bindings are not importable" in proc.stderr
     assert "job done: 2" in proc.stdout
     assert not (job / "results" / "rank0.txt").exists()

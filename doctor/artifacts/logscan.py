@@ -96,6 +96,18 @@ SIGNATURES: tuple[Signature, ...] = (
               (b"load_best_model_at_end requires",), _strategies),
     Signature("lbm_strategies", r"(Evaluation|Save) strategy: [A-Za-z]", (b" strategy: ",), _strategies,
               follows="lbm_conflict"),
+    # Real Score-P 8.4 + scorep 4.5.1 (tests/test_scorep_real.py produces each of these):
+    Signature("scorep_oom", r"No free memory page available", (b"No free memory page",),
+              _ints(r"increase SCOREP_TOTAL_MEMORY=(?P<total_memory>\d+)")),
+    Signature("scorep_cuda_unsupported", r"Unsupported feature '?cuda'? cannot be enabled",
+              (b"Unsupported feature",)),
+    Signature("scorep_no_config", r"No such file or directory: 'scorep-config'", (b"'scorep-config'",)),
+    Signature("scorep_no_compiler", r"CompileError: .*No such file or directory: '(cc|gcc|clang)'",
+              (b"CompileError",), _ints(r"directory: '(?P<compiler>\w+)'")),
+    Signature("callpath_depth", r"callpath depth limitation of [0-9]+ exceeded", (b"callpath depth limitation",),
+              _ints(r"limitation of (?P<max_depth>\d+) exceeded")),
+    Signature("callpath_reached", r"SCOREP_PROFILING_MAX_CALLPATH_DEPTH to [0-9]+",
+              (b"MAX_CALLPATH_DEPTH to",), _ints(r"DEPTH to (?P<reached_depth>\d+)"), follows="callpath_depth"),
 )
 BY_NAME = {s.name: s for s in SIGNATURES}
 NAMES = tuple(s.name for s in SIGNATURES if s.follows is None)

@@ -22,6 +22,7 @@ from typing import Any
 MAX_LOCATIONS = 4096
 MAX_REGIONS = 50000
 TOP_REGIONS = 15
+TOP_MODULES = 25
 COMMUNICATION = {"mpi", "openmp", "shmem", "pthread"}
 
 
@@ -130,6 +131,11 @@ def score_view(path: str) -> dict[str, Any]:
     total = sum(t for _, t in by_type.values())
     by_type["ALL"] = [sum(v for v, _ in by_type.values()), total]
     rows = sorted(by_region.items(), key=lambda kv: -kv[1][1])[:TOP_REGIONS]
+    by_module: dict[str, float] = {}
+    for (_kind, name), (v, _t) in by_region.items():
+        module = python_module(name)
+        if module is not None:
+            by_module[module] = by_module.get(module, 0.0) + v
 
     def pct(t: float) -> float:
         return 100.0 * t / total if total > 0 else 0.0
@@ -139,7 +145,17 @@ def score_view(path: str) -> dict[str, Any]:
                     sorted(by_type.items(), key=lambda kv: (kv[0] != "ALL", -kv[1][1]))],
         "top_regions": [{"type": k, "region": name, "visits": int(v), "time": t, "percent": pct(t)}
                         for (k, name), (v, t) in rows],
+        "module_visits": [{"module": m, "visits": int(v)} for m, v in
+                          sorted(by_module.items(), key=lambda kv: -kv[1])[:TOP_MODULES]],
     }
+
+
+def python_module(region: str) -> str | None:
+    """The top-level module of a Python instrumenter region (`torch._ops:<genexpr>` -> `torch`);
+    None for user regions (`user:NAME`), the script itself (`__main__:...`) and non-Python regions."""
+    if ":" not in region or region.startswith(("user:", "__main__")) or " " in region.split(":", 1)[0]:
+        return None
+    return region.split(":", 1)[0].split(".", 1)[0] or None
 
 
 def _per_cnode(cube: Any, metric_name: str, cnodes: list[Any]) -> dict[int, float]:

@@ -24,6 +24,11 @@ SIGNATURE_CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "experiment_collision": ("SCP006", ("scorep-per-rank-dirs",)),
     "tpd_zero": ("SCR002", ("destroy-process-group",)),
     "lbm_conflict": ("TRN001", ("trainer-lbm-off",)),
+    "scorep_oom": ("SCP009", ("scorep-measurement-memory",)),
+    "scorep_cuda_unsupported": ("SCP001", ("manual-scorep-install",)),
+    "callpath_depth": ("SCP010", ("scorep-callpath-depth",)),
+    "scorep_no_config": ("SCP001", ("manual-scorep-install",)),
+    "scorep_no_compiler": ("SCP001", ("manual-scorep-install",)),
 }
 
 
@@ -77,6 +82,28 @@ def _simple(text: str) -> Callable[[list[dict[str, Any]]], tuple[str, dict[str, 
     return message
 
 
+def _oom(matches: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    from doctor.scorep_memory import propose_total_memory
+
+    total = _max(matches, "total_memory")
+    data: dict[str, Any] = {"total_memory": total}
+    text = f"Score-P ran out of measurement memory{_ranks(matches)} ('No free memory page available'"
+    if total:
+        data["SCOREP_TOTAL_MEMORY"] = propose_total_memory(total)
+        text += f" with SCOREP_TOTAL_MEMORY={total} bytes; set e.g. {data['SCOREP_TOTAL_MEMORY']}"
+    return text + "): the rank aborted and its experiment folder holds no trace", data
+
+
+def _callpath(matches: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    limit, reached = _max(matches, "max_depth"), _max(matches, "reached_depth")
+    data: dict[str, Any] = {"max_depth": limit, "reached_depth": reached}
+    text = f"the profile's call paths went deeper than Score-P records{_ranks(matches)} (limit {limit or '?'}"
+    if reached:
+        data["SCOREP_PROFILING_MAX_CALLPATH_DEPTH"] = reached
+        text += f", reached {reached}; Score-P proposes SCOREP_PROFILING_MAX_CALLPATH_DEPTH={reached}"
+    return text + "): deeper calls are folded together in the profile", data
+
+
 MESSAGES: dict[str, Callable[[list[dict[str, Any]]], tuple[str, dict[str, Any]]]] = {
     "cupti_dropped": _dropped,
     "memory_clamp": _simple("Score-P clamped SCOREP_TOTAL_MEMORY{ranks} ('Too {wording} memory requested': "
@@ -94,8 +121,17 @@ MESSAGES: dict[str, Callable[[list[dict[str, Any]]], tuple[str, dict[str, Any]]]
                         "location for (typically at teardown)"),
     "lbm_conflict": _simple("load_best_model_at_end needs matching strategies (eval {eval_strategy}, "
                             "save {save_strategy}){ranks}"),
+    "scorep_oom": _oom,
+    "scorep_cuda_unsupported": _simple("this Score-P has no CUDA support and `python -m scorep --cuda` asked for "
+                                       "it{ranks} ('Unsupported feature cuda'): the instrumented run never "
+                                       "started"),
+    "callpath_depth": _callpath,
+    "scorep_no_config": _simple("python -m scorep found no scorep-config on PATH{ranks}: the measurement never "
+                                "started (load Score-P in the job script)"),
+    "scorep_no_compiler": _simple("python -m scorep found no C compiler on PATH{ranks}: it compiles its init "
+                                  "library at every start, so the measurement never started"),
 }
-WARN_ONLY = {"memory_clamp"}
+WARN_ONLY = {"memory_clamp", "callpath_depth"}
 
 
 def signature_outcome(signature: str, matches: list[dict[str, Any]]) -> Outcome:

@@ -66,6 +66,7 @@ class DataSummary:
     agent_regions: tuple[str, ...] = ()
     by_type: tuple[Mapping[str, Any], ...] = ()
     top_regions: tuple[Mapping[str, Any], ...] = ()
+    module_visits: tuple[Mapping[str, Any], ...] = ()   # region visits per top-level Python module
     total_time: float | None = None
     score_error: str | None = None
 
@@ -130,6 +131,7 @@ def from_child(doc: Mapping[str, Any]) -> DataSummary:
         samples={k: tuple(v) for k, v in samples.items() if v},
         gpu_kernels=kernels, nccl_kernels=tuple(nccl[:20]), agent_regions=tuple(agent[:20]),
         by_type=tuple(doc.get("by_type", ())), top_regions=tuple(doc.get("top_regions", ())),
+        module_visits=tuple(doc.get("module_visits", ())),
         total_time=doc.get("total_time"), score_error=doc.get("score_error"),
     )
 

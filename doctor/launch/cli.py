@@ -12,6 +12,7 @@ launched); 2 usage or setup error (e.g. Score-P missing), nothing launched.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import shutil
@@ -28,8 +29,8 @@ from doctor.launch import slurm
 from doctor.launch.bounds import check_nproc, check_run_dir, host_address, port_number
 from doctor.launch.engine import Launcher
 from doctor.launch.events import RunSummary
-from doctor.launch.scorep import find_scorep
-from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, LaunchSpec
+from doctor.launch.scorep import ScorepFound, cuda_support, find_scorep
+from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, LaunchSpec, memory_warning, total_memory_to_set
 from doctor.launch.view import LiveView, PlainView, summary_lines
 
 LAUNCHER_SCRIPTS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
@@ -231,6 +232,23 @@ def run_launch(spec: LaunchSpec, plain: bool, quiet: bool) -> int:
     return summary.exit_code
 
 
+def without_unsupported_cuda(spec: LaunchSpec, found: ScorepFound, env: dict[str, str],
+                             explicit: bool) -> LaunchSpec:
+    """`--cuda` on a Score-P built without CUDA ends every rank at once ("Unsupported feature 'cuda'
+    cannot be enabled by '--cuda'", SCP001): drop it from the default flags, refuse it when asked for."""
+    if "--cuda" not in spec.scorep_flags or found.scorep_config is None:
+        return spec
+    if cuda_support(found.scorep_config, env) is not False:
+        return spec
+    where = f"Score-P at {found.scorep_config} was built without CUDA support (scorep-info config-summary)"
+    if explicit:
+        raise UsageError(f"--scorep-flags has --cuda, but {where}: every rank would stop with \"Unsupported "
+                         "feature 'cuda' cannot be enabled by '--cuda'\" (SCP001); drop --cuda or load a "
+                         "Score-P with CUDA support")
+    print(f"gpu-doctor: {where}: measuring without --cuda", file=sys.stderr, flush=True)
+    return dataclasses.replace(spec, scorep_flags=tuple(f for f in spec.scorep_flags if f != "--cuda"))
+
+
 def main(argv: Sequence[str]) -> int:
     opts, command = split_command(list(argv))
     args = build_parser().parse_args(join_flag_values(opts))
@@ -240,4 +258,12 @@ def main(argv: Sequence[str]) -> int:
         found = find_scorep(spec.python, env)
         if not found.ok:
             raise UsageError(found.problem(spec.python))
+        spec = without_unsupported_cuda(spec, found, env, explicit=any(o.startswith("--scorep-flags") for o in opts))
+        warning = memory_warning(spec, spec.base_env())
+        if warning:
+            print(f"gpu-doctor: warning: {warning}", file=sys.stderr, flush=True)
+        elif total_memory_to_set(spec, spec.base_env()):
+            print(f"gpu-doctor: SCOREP_TOTAL_MEMORY={total_memory_to_set(spec, spec.base_env())} for each rank "
+                  "(Score-P's default 16000k cannot hold the Python instrumenter's trace of `import torch`)",
+                  file=sys.stderr, flush=True)
     return run_launch(spec, args.plain, args.quiet)

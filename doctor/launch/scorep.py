@@ -7,6 +7,8 @@ module importable by the job's interpreter (`python -m scorep`).
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,3 +52,13 @@ def find_scorep(python: str, env: Mapping[str, str], timeout: float = 30.0) -> S
                  (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1]
                  if res.returncode not in (0, 1) else None)
     return ScorepFound(config, module, error)
+
+
+def cuda_support(scorep_config: str, env: Mapping[str, str], timeout: float = 15.0) -> bool | None:
+    """`CUDA support: yes/no` from `scorep-info config-summary` beside scorep-config (None: cannot tell)."""
+    info = os.path.join(os.path.dirname(scorep_config), "scorep-info")
+    if not os.path.exists(info):
+        return None
+    res = run_isolated([info, "config-summary"], timeout, env=env)
+    m = re.search(r"CUDA support:\s*(\w+)", res.stdout or "") if res.returncode == 0 else None
+    return None if m is None else m.group(1).lower() == "yes"

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from doctor.launch.spec import LaunchSpec, rank_command
+from doctor.launch.spec import LaunchSpec, rank_command, total_memory_to_set
 
 
 @dataclass(frozen=True)
@@ -139,13 +139,15 @@ def srun_command(spec: LaunchSpec, master_addr: str, master_port: int,
         task += ["--warmup-python", spec.python, "--warmup-budget", f"{spec.warmup_budget_s:g}"]
         if spec.cuda_required:
             task.append("--require-cuda")
+    total = total_memory_to_set(spec, spec.base_env())
+    memory = f",SCOREP_TOTAL_MEMORY={total}" if total else ""
     return [
         srun, f"--nodes={nnodes}", f"--ntasks={nnodes * spec.nproc}",
         f"--ntasks-per-node={spec.nproc}", "--distribution=block",
         # The launcher stops the other ranks after --grace itself (srun would at once).
         "--kill-on-bad-exit=0", "--label", "--unbuffered",
         f"--chdir={spec.workdir}",
-        f"--export=ALL,MASTER_ADDR={master_addr},MASTER_PORT={master_port}",
+        f"--export=ALL,MASTER_ADDR={master_addr},MASTER_PORT={master_port}{memory}",
         *task, "--", *rank_command(spec),
     ]
 

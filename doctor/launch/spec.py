@@ -116,9 +116,43 @@ def rank_env(spec: LaunchSpec, rank: int, master_port: int, base: Mapping[str, s
     }
     if spec.instrumented:
         env["SCOREP_EXPERIMENT_DIRECTORY"] = experiment_dir(rank)
+        memory = total_memory_to_set(spec, base)
+        if memory:
+            env["SCOREP_TOTAL_MEMORY"] = memory
     if "PYTHONUNBUFFERED" not in base:
         env["PYTHONUNBUFFERED"] = "1"   # live status needs lines as they are printed
     return env
+
+
+def total_memory_to_set(spec: LaunchSpec, base: Mapping[str, str]) -> str | None:
+    """SCOREP_TOTAL_MEMORY for each rank when the user set none: Score-P's default 16000k
+    aborts a rank whose Python instrumenter traces `import torch` (SCP009)."""
+    if not spec.instrumented or "SCOREP_TOTAL_MEMORY" in base:
+        return None
+    from doctor.scorep_memory import PROPOSED
+
+    return PROPOSED
+
+
+def memory_warning(spec: LaunchSpec, base: Mapping[str, str]) -> str | None:
+    """Before starting: one line when the user's SCOREP_TOTAL_MEMORY will not hold the measurement."""
+    value = base.get("SCOREP_TOTAL_MEMORY")
+    if not spec.instrumented or value is None:
+        return None
+    from doctor.jobfolder.scorep_values import TOTAL_MEMORY_LIMIT, SizeError, parse_size
+    from doctor.scorep_memory import PROPOSED, instrumenter_on, judge
+
+    try:
+        if parse_size(value) > TOTAL_MEMORY_LIMIT:
+            return (f"SCOREP_TOTAL_MEMORY={value} is 4 GiB or more: Score-P reduces it to its maximum "
+                    "('Too much memory requested', SCP003); use 3500M")
+    except SizeError:
+        pass
+    verdict = judge(value, instrumenter_on(spec.scorep_flags), imports_torch=True)
+    if verdict.enough:
+        return None
+    return (f"{verdict.reason} (SCP009); unset it to let gpu-doctor set {PROPOSED} per rank, or set "
+            f"SCOREP_TOTAL_MEMORY={PROPOSED}")
 
 
 def default_run_dir(workdir: Path, now: dt.datetime | None = None) -> Path:

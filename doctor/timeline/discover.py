@@ -51,13 +51,15 @@ def find_experiments(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
     try:
         if root.is_file():
             return [root.parent] if root.name in ("traces.otf2", "profile.cubex") else []
+        has_data = (root / "traces.otf2").is_file() or (root / "profile.cubex").is_file()
     except OSError:
         return []
-    if is_experiment(root):
+    if has_data:
         return [root]
     found: list[Path] = []
     _walk(root, max_depth, found)
-    return found
+    # only named like one (`examples/scorep-ddp-trace` holding scorep_rank_N/): its experiments count
+    return found or ([root] if is_experiment(root) else [])
 
 
 def _walk(folder: Path, depth: int, found: list[Path]) -> None:

@@ -7,6 +7,15 @@ creates the experiment folder (failing like Score-P if it already exists:
 two ranks sharing a folder collide), runs the script in this process, and
 leaves a placeholder profile.cubex when the script ends (os._exit included);
 with FAKE_SCOREP_PROFILE=cube a real, readable Cube profile (tests/tracegen.py) instead.
+
+Used only where real Score-P (tests/test_scorep_real.py) cannot do the job: the launcher's
+process-control tests (signals, hangs, floods, grandchildren: a rank must do exactly what the
+test says, at once, and real Score-P adds its startup and a measurement per rank), the Slurm
+tests (ranks inside a throwaway cluster's namespaces; real Score-P there would add minutes to CI
+and test nothing new about Slurm), and the tests that read back the argv and environment each
+rank was given (FAKE_SCOREP_RECORD_DIR; real Score-P records neither). Unlike real Score-P,
+which writes its measurement at exit and loses it on os._exit (measured: the experiment folder
+keeps only MANIFEST.md, scorep.cfg and an empty traces/), the stand-in "flushes" on os._exit.
 """
 
 import json

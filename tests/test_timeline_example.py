@@ -1,0 +1,29 @@
+"""A newcomer without Score-P can try `timeline`: the README's first lines point at a real
+2-rank Score-P measurement under examples/, and `gpu-doctor timeline` on it prints a breakdown."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "scorep-ddp-trace"
+
+
+def test_the_readme_opens_with_the_timeline_example() -> None:
+    first = REPO.joinpath("README.md").read_text(encoding="utf-8").split("\n```\n", 1)[0]
+    assert "gpu-doctor timeline examples/scorep-ddp-trace" in first  # in the first code block
+
+
+def test_timeline_on_the_bundled_measurement_prints_a_breakdown() -> None:
+    assert (EXAMPLE / "scorep_rank_0" / "traces.otf2").is_file()
+    proc = subprocess.run([sys.executable, "-m", "doctor", "timeline", "examples/scorep-ddp-trace"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO, env=None)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Run scorep-ddp-trace: 2 rank(s), from traces" in out
+    for rank in ("0", "1"):  # one row per measured rank, with its wall time
+        assert re.search(rf"^│ {rank}\s+│\s+\d+ │\s+\d+\.\d+ │", out, re.M), out
+    assert "wall" in out and "exposed" in out
