@@ -196,7 +196,10 @@ def torchrun_words(job: Job, cmd: Command, launch: Launch) -> TorchrunWords:
                          ["Write the per-rank loop by hand: see the field guide (error 8)."])
     n_script = len(args) - i
     script = tuple(cmd.argv_words[len(cmd.argv_words) - n_script:])
-    return TorchrunWords(launch.interpreter, launch.scorep.flags, options, script)
+    # `-m` named the launcher module (`python -m scorep -m torch.distributed.run`); each rank
+    # runs the script file itself, so only scorep's own flags carry over.
+    flags = tuple(f for f in launch.scorep.flags if f not in ("-m", "--module"))
+    return TorchrunWords(launch.interpreter, flags, options, script)
 
 
 def _free_name(ctx: RemedyContext, folder: Path) -> Path:
