@@ -274,7 +274,7 @@ def runtime_ready(facts: Facts) -> Outcome:
     what = describe(last.get("code"), last.get("api", "runtime"), last.get("name"))
     if state == "never_ready":
         return fail(f"CUDA runtime never ready within {seconds(rt['waited_s'])} on {host}: "
-                    f"{len(rt['attempts'])} attempts, last {what}; exclude this node "
+                    f"{len(rt['attempts'])} attempt{'' if len(rt['attempts']) == 1 else 's'}, last {what}; exclude this node "
                     f"(#SBATCH --exclude={host})", evidence,
                     ["exclude-node", "node-exclude", "node-fabric-manager"],
                     entities={"host": host})

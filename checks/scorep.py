@@ -558,7 +558,9 @@ def second_cupti_user(facts: Facts) -> list[Outcome]:
                             ev(job, c.site, "command"), "manual-second-cupti",
                             data=command_data(c) | {"kind": "dynolog"}))
     for s in worker_scripts(job):
-        for site in s.profilers[:3]:
+        # one finding per profiler line: its `profile(...)` call and its CUDA activity are one site
+        unique = list({(site.file, site.line): site for site in s.profilers}.values())
+        for site in unique[:3]:
             out.append(warn("the PyTorch profiler (kineto/CUPTI) runs in a script that Score-P measures with --cuda",
                             ev(job, site, "profiler"), "manual-second-cupti",
                             data=site.data() | {"kind": "torch.profiler"}))
