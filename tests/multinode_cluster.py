@@ -69,6 +69,21 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=20)
 
 
+def _add_veth(name: str, ns: str) -> None:
+    """A veth `name` on the host side, its peer eth0 in `ns`. The kernel destroys an earlier
+    run's namespace, and with it that run's veth of the same name, asynchronously: retry for a
+    few seconds, removing a leftover, before calling it a failure (with ip's own words)."""
+    deadline = time.monotonic() + 10
+    while True:
+        done = _ip("link", "add", name, "type", "veth", "peer", "name", IFNAME, "netns", ns, check=False)
+        if done.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ip link add {name} (veth into {ns}) failed: {done.stderr.strip()}")
+        _ip("link", "del", name, check=False)
+        time.sleep(0.2)
+
+
 def _our_namespaces() -> list[str]:
     out = _ip("netns", "list", check=False).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith("gdmn-")]
@@ -112,7 +127,7 @@ class MultiNodeSlurm(LocalSlurm):
             ns = netns(node)
             _ip("netns", "add", ns)
             self.ns_inodes[ns] = os.stat(f"/run/netns/{ns}").st_ino
-            _ip("link", "add", f"gdmn{k}", "type", "veth", "peer", "name", IFNAME, "netns", ns)
+            _add_veth(f"gdmn{k}", ns)
             _ip("link", "set", f"gdmn{k}", "master", BRIDGE, "up")
             _ip("-n", ns, "addr", "add", f"{node_address(node)}/24", "dev", IFNAME)
             _ip("-n", ns, "link", "set", IFNAME, "up")
