@@ -84,6 +84,20 @@ def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) 
     return fd
 
 
+def read_at_most(fd: int, limit: int) -> bytes:
+    """Up to `limit` + 1 bytes from `fd`, in 1 MiB reads: one byte more than `limit` tells the
+    caller the file grew past it while being read."""
+    chunks: list[bytes] = []
+    total = 0
+    while total <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
 def read_regular(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES, *,
                  follow_symlinks: bool = True) -> bytes:
     """All bytes of a regular file of at most `limit` bytes; UnsafeFile when bigger."""
@@ -92,17 +106,10 @@ def read_regular(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES, *,
         size = os.fstat(fd).st_size
         if size > limit:
             raise UnsafeFile(path, f"{size / 2**20:.1f} MiB, above the {limit / 2**20:g} MiB limit; not read")
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:  # grew while reading
+        data = read_at_most(fd, limit)
+        if len(data) > limit:  # grew while reading
             raise UnsafeFile(path, f"above the {limit / 2**20:g} MiB limit; not read")
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
 

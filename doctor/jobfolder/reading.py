@@ -11,6 +11,8 @@ import os
 import stat
 from dataclasses import dataclass
 
+from doctor.safeopen import read_at_most
+
 MAX_BYTES = 4 * 1024 * 1024  # bigger files are not analysed (say so)
 BINARY_PROBE = 8192
 
@@ -93,15 +95,7 @@ def read_bytes(path: str, root: str | None, no_symlinks: bool = False,
         if st.st_size > limit:
             return None, (f"{st.st_size / 2**20:.1f} MiB, above the {limit // 2**20} MiB limit for "
                           "analysis; not analysed"), "too-large", st.st_size
-        chunks = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        data = b"".join(chunks)
+        data = read_at_most(fd, limit)
         if len(data) > limit:  # grew while reading
             return None, f"above the {limit // 2**20} MiB limit for analysis; not analysed", "too-large", len(data)
         return data, None, None, len(data)
