@@ -15,14 +15,15 @@ from pathlib import Path
 
 PROC = Path("/proc")
 ESTABLISHED = "01"
+SYN_SENT = "02"
 
 
 def available() -> bool:
     return (PROC / "net" / "tcp").exists()
 
 
-def client_inodes(port: int) -> set[str]:
-    """Inodes of established sockets whose remote port is `port`."""
+def client_inodes(port: int, state: str = ESTABLISHED) -> set[str]:
+    """Inodes of sockets in TCP `state` (established by default) whose remote port is `port`."""
     inodes: set[str] = set()
     want = f":{port:04X}"
     for table in ("tcp", "tcp6"):
@@ -32,7 +33,7 @@ def client_inodes(port: int) -> set[str]:
             continue
         for line in text.splitlines()[1:]:
             cols = line.split()
-            if len(cols) > 9 and cols[2].endswith(want) and cols[3] == ESTABLISHED:
+            if len(cols) > 9 and cols[2].endswith(want) and cols[3] == state:
                 inodes.add(cols[9])
     return inodes
 
@@ -80,22 +81,10 @@ def joined(pids: dict[int, int], port: int) -> set[int]:
     return {rank for rank, pid in pids.items() if socket_inodes(pid) & inodes}
 
 
-SYN_SENT = "02"
-
 
 def connecting(pid: int, port: int) -> bool:
     """True while the process (or a descendant) has a connection to `port` that got no answer yet.
 
     A socket left in SYN-SENT is what a firewall that drops the packets looks like."""
-    want = f":{port:04X}"
-    inodes: set[str] = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            text = (PROC / "net" / table).read_text()
-        except OSError:
-            continue
-        for line in text.splitlines()[1:]:
-            cols = line.split()
-            if len(cols) > 9 and cols[2].endswith(want) and cols[3] == SYN_SENT:
-                inodes.add(cols[9])
+    inodes = client_inodes(port, SYN_SENT)
     return bool(inodes and socket_inodes(pid) & inodes)
