@@ -55,7 +55,6 @@ if __name__ == "__main__":
     if "--os-exit" in sys.argv:  # only where no Score-P measures this process (it writes at exit)
         os._exit(0)  # torch 2.13's gloo teardown sometimes aborts at exit ("terminate called ...")
 '''
-TEARDOWN_ABORT = "terminate called without an active exception"  # that torch 2.13 flake
 
 HELLO = "def work(n):\n    return sum(range(n))\n\n\nprint(work(1000))\n"
 TORCHRUN_WRAPPER = "from torch.distributed.run import main\n\nmain()\n"

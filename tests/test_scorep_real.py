@@ -23,10 +23,10 @@ from pathlib import Path
 
 import otf2
 import pytest
+from launch_util import TEARDOWN_ABORT
 from scorep_real import (
     HELLO,
     PYTHON,
-    TEARDOWN_ABORT,
     TORCHRUN_WRAPPER,
     TRAIN,
     checks,
