@@ -10,11 +10,8 @@ change how Score-P measures, not what the job computes.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-
 from doctor.jobfolder import argv as argvmod
-from doctor.jobfolder.model import Command, EnvVar, Job, Span
+from doctor.jobfolder.model import Command, EnvVar, Span
 from doctor.jobfolder.queries import rank_spelling, settings
 from doctor.jobfolder.scorep_values import (
     PROPOSED_TOTAL_MEMORY,
@@ -35,6 +32,7 @@ from doctor.remedy.spans import (
     chain_root,
     job_of,
     scorep_words,
+    set_values,
     value_span,
     where,
     word_span,
@@ -50,58 +48,6 @@ def _size(value: str | None) -> int | None:
         return None
 
 
-def _set_values(ctx: RemedyContext, name: str, proposed: Callable[[EnvVar], str | None]) -> None:
-    """Replace the value of every setting of `name` the check reads where `proposed` gives a new one."""
-    job = job_of(ctx)
-    edits = SpanEdits(ctx)
-    changed: list[str] = []
-    manual: list[str] = []
-    for var, _cmds in settings(job, name):
-        new = proposed(var)
-        if new is None or new == var.value:
-            continue
-        span = value_span(var)
-        if var.site is None:
-            manual.append(f"{name}={var.raw} comes from the environment gpu-doctor runs in; set {name}={new} "
-                          "in the job script")
-            continue
-        if span is None:
-            if _fix_on_line(edits, job, var, new):
-                changed.append(f"{name}={var.raw} -> {new}")
-                continue
-            manual.append(f"{job.rel(var.site.file)}:{var.site.line}: {name}={var.raw} is only known when the "
-                          f"job runs; set it to {new} there")
-            continue
-        edits.replace(span, new)
-        changed.append(f"{name}={var.value} -> {new}")
-    if changed:
-        edits.write(ENV, "; ".join(dict.fromkeys(changed)))
-    if manual:
-        if not changed:
-            raise CannotPlan(manual[0], manual)
-        ctx.note = "; ".join(manual)
-    elif not changed:
-        ctx.note = f"no {name} setting to change was found"
-
-
-def _fix_on_line(edits: SpanEdits, job: Job, var: EnvVar, new: str) -> bool:
-    """`#SBATCH --export=...,NAME=value`: not a shell word, but a plain NAME=value on its line."""
-    assert var.site is not None
-    if var.value is None:
-        return False
-    doc = edits.doc(var.site.file)
-    if var.site.line > doc.line_count:
-        return False
-    m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(var.name)}=({re.escape(var.value)})(?=[\s,;\"']|$)",
-                  doc.line_text(var.site.line))
-    if m is None:
-        return False
-    start = doc.line_start(var.site.line)
-    doc.replace(start + m.start(1), start + m.end(1), new)
-    edits.lines.setdefault(var.site.file, var.site.line)
-    return True
-
-
 @remedy("scorep-total-memory", Safety.SAFE,
         f"Set SCOREP_TOTAL_MEMORY to {TOTAL_MEMORY}: Score-P clamps 4 GiB and above",
         phase=Phase.FLAGS)
@@ -113,7 +59,7 @@ def total_memory(ctx: RemedyContext) -> None:
         size = _size(var.value)
         return TOTAL_MEMORY if size is None or size > TOTAL_MEMORY_LIMIT else None
 
-    _set_values(ctx, "SCOREP_TOTAL_MEMORY", proposed)
+    set_values(ctx, "SCOREP_TOTAL_MEMORY", proposed)
 
 
 def _buffer_wanted(ctx: RemedyContext) -> int:
@@ -140,7 +86,7 @@ def cuda_buffer(ctx: RemedyContext) -> None:
     job = job_of(ctx)
     found = settings(job, "SCOREP_CUDA_BUFFER")
     if found:
-        _set_values(ctx, "SCOREP_CUDA_BUFFER", lambda v: value if (_size(v.value) or 0) < want else None)
+        set_values(ctx, "SCOREP_CUDA_BUFFER", lambda v: value if (_size(v.value) or 0) < want else None)
         return
     launches = [(c, lch) for c, lch in job.instrumented]
     if not launches:
@@ -304,7 +250,7 @@ def cuda_enable_fix(ctx: RemedyContext) -> None:
         parsed = parse_cuda_enable(var.value)
         return parsed.proposed() if parsed.invalid or parsed.conflicting else None
 
-    _set_values(ctx, "SCOREP_CUDA_ENABLE", proposed)
+    set_values(ctx, "SCOREP_CUDA_ENABLE", proposed)
 
 
 manual_remedy(

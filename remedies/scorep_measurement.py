@@ -15,7 +15,7 @@ from doctor.model import Phase, Safety
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
 from doctor.remedy.model import ENV, CannotPlan
-from doctor.remedy.spans import SpanEdits, at_targets, chain_root, job_of, value_span
+from doctor.remedy.spans import SpanEdits, at_targets, chain_root, job_of, set_values
 from doctor.scorep_memory import PROPOSED
 
 FILTER_NAME = "scorep.filter"
@@ -45,30 +45,11 @@ def _size(value: str) -> int:
 
 def _set_or_export(ctx: RemedyContext, name: str, value: str, smaller: Callable[[str], bool]) -> None:
     """Raise every setting of NAME the launch reads where `smaller(old)`, else export it before the launch."""
-    job = job_of(ctx)
-    found = settings(job, name)
-    if not found:
+    if not settings(job_of(ctx), name):
         export_before_launch(ctx, name, value)
         return
-    edits = SpanEdits(ctx)
-    changed: list[str] = []
-    manual: list[str] = []
-    for var, _cmds in found:
-        if var.value is not None and not smaller(var.value):
-            continue
-        span = value_span(var)
-        if span is None or var.site is None or var.value is None:
-            at = f"{job.rel(var.site.file)}:{var.site.line}" if var.site is not None else "the environment"
-            manual.append(f"{name}={var.raw} ({at}) is only known when the job runs; set it to {value} there")
-            continue
-        edits.replace(span, value)
-        changed.append(f"{name}={var.value} -> {value}")
-    if changed:
-        edits.write(ENV, "; ".join(dict.fromkeys(changed)))
-    elif manual:
-        raise CannotPlan(manual[0], manual)
-    else:
-        ctx.note = f"{name} is already {value} or more"
+    set_values(ctx, name, lambda var: value if var.value is None or smaller(var.value) else None,
+               unchanged=f"{name} is already {value} or more")
 
 
 def export_before_launch(ctx: RemedyContext, name: str, value: str) -> Path:

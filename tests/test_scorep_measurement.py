@@ -224,3 +224,23 @@ def test_the_diagnosis_names_scp009_as_the_cause_of_the_aborted_ranks() -> None:
     assert proc.returncode == 1
     assert "root causes: SCP009 (explains ART003, ART004)" in proc.stdout + proc.stderr
     assert "--only scorep-measurement-memory" in proc.stdout + proc.stderr
+
+
+def test_memory_remedy_edits_an_sbatch_export_where_the_value_is_set(tmp_path: Path, capsys) -> None:
+    """`#SBATCH --export=ALL,SCOREP_TOTAL_MEMORY=32M` is not a shell word: scorep-total-memory
+    edited it in place while scorep-measurement-memory (its own copy of the loop) gave up with a
+    manual step. One loop (doctor.remedy.spans.set_values) now serves both."""
+    from remedy_util import snapshot
+
+    root = job(tmp_path, logs={"slurm-41.out": OOM.format(total=33554432, rank=0)})
+    sbatch = root / "job.sbatch"
+    sbatch.write_text(sbatch.read_text().replace("#SBATCH --nodes=1\n",
+                                                 "#SBATCH --nodes=1\n#SBATCH --export=ALL,SCOREP_TOTAL_MEMORY=32M\n"))
+    before = snapshot(root)
+    assert worst(run_check("SCP009", root)) == Status.FAIL
+    out = fix(capsys, root, "scorep-measurement-memory")
+    assert "scorep-measurement-memory: verified" in out, out
+    assert "#SBATCH --export=ALL,SCOREP_TOTAL_MEMORY=512M\n" in sbatch.read_text()
+    assert "export SCOREP_TOTAL_MEMORY" not in sbatch.read_text().replace("--export=ALL,SCOREP_TOTAL", "")
+    assert main(["undo", str(root)]) == 0
+    assert snapshot(root) == before

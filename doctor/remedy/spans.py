@@ -12,13 +12,15 @@ file:line to change by hand.
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 from doctor.jobfolder.argv import ScorepWords, scorep_words
 from doctor.jobfolder.discover import load_job
 from doctor.jobfolder.model import Command, EnvVar, Job, Launch, Piece, Span, Word
 from doctor.remedy.draft import RemedyContext
-from doctor.remedy.model import CannotPlan
+from doctor.remedy.model import ENV, CannotPlan
 from doctor.remedy.text import TextDoc
 
 
@@ -155,5 +157,65 @@ class SpanEdits:
         self.docs = {}
 
 
+def set_values(ctx: RemedyContext, name: str, proposed: Callable[[EnvVar], str | None],
+               unchanged: str | None = None) -> int:
+    """Give every setting of `name` that the launches read the value `proposed(var)` (None: keep it),
+    editing the span where the value is written; where it has none (a value only known when the
+    job runs, one from the environment gpu-doctor runs in), a manual step naming file:line.
+
+    Writes the edits as one ENV change; raises CannotPlan with the manual steps when nothing could
+    be edited; otherwise the manual steps (or `unchanged`, when nothing needed a change) go to
+    `ctx.note`. Returns how many settings were edited.
+    """
+    from doctor.jobfolder.queries import settings
+
+    job = job_of(ctx)
+    edits = SpanEdits(ctx)
+    changed: list[str] = []
+    manual: list[str] = []
+    for var, _cmds in settings(job, name):
+        new = proposed(var)
+        if new is None or new == var.value:
+            continue
+        span = value_span(var)
+        if var.site is None:
+            manual.append(f"{name}={var.raw} comes from the environment gpu-doctor runs in; set {name}={new} "
+                          "in the job script")
+        elif span is not None:
+            edits.replace(span, new)
+            changed.append(f"{name}={var.value} -> {new}")
+        elif _replace_on_line(edits, var, new):
+            changed.append(f"{name}={var.raw} -> {new}")
+        else:
+            manual.append(f"{job.rel(var.site.file)}:{var.site.line}: {name}={var.raw} is only known when the "
+                          f"job runs; set it to {new} there")
+    if changed:
+        edits.write(ENV, "; ".join(dict.fromkeys(changed)))
+    if manual:
+        if not changed:
+            raise CannotPlan(manual[0], manual)
+        ctx.note = "; ".join(manual)
+    elif not changed:
+        ctx.note = unchanged or f"no {name} setting to change was found"
+    return len(changed)
+
+
+def _replace_on_line(edits: SpanEdits, var: EnvVar, new: str) -> bool:
+    """`#SBATCH --export=...,NAME=value`: not a shell word, but a plain NAME=value on its line."""
+    if var.site is None or var.value is None:
+        return False
+    doc = edits.doc(var.site.file)
+    if var.site.line > doc.line_count:
+        return False
+    m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(var.name)}=({re.escape(var.value)})(?=[\s,;\"']|$)",
+                  doc.line_text(var.site.line))
+    if m is None:
+        return False
+    start = doc.line_start(var.site.line)
+    doc.replace(start + m.start(1), start + m.end(1), new)
+    edits.lines.setdefault(var.site.file, var.site.line)
+    return True
+
+
 __all__ = ["ScorepWords", "SpanEdits", "at_targets", "chain_root", "job_of", "pieces_span", "scorep_words",
-           "value_span", "where", "word_span"]
+           "set_values", "value_span", "where", "word_span"]
