@@ -14,7 +14,7 @@ from doctor.jobfolder.scorep_values import SizeError, parse_size
 from doctor.model import Phase, Safety
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
-from doctor.remedy.model import ENV, CannotPlan
+from doctor.remedy.model import ENV, CannotPlan, display_path
 from doctor.remedy.spans import SpanEdits, at_targets, chain_root, job_of, set_values
 from doctor.scorep_memory import PROPOSED
 
@@ -116,6 +116,8 @@ def filter_file(ctx: RemedyContext) -> None:
             if m not in modules:
                 modules.append(str(m))
         source = source or t.data.get("profile")
+    if source is not None:  # named as in the job folder: the filter stays right when the folder is copied
+        source = display_path(Path(str(source)), ctx.root)
     script = export_before_launch(ctx, "SCOREP_FILTERING_FILE", FILTER_NAME)
     target = script.parent / FILTER_NAME
     if ctx.draft.read(target) is None:

@@ -48,3 +48,15 @@ def test_a_changed_expectation_is_reported_not_blessed(tmp_path: Path, monkeypat
     (folder / "fix.diff").write_text((folder / "fix.diff").read_text().replace("3500M", "3000M"))
     copy = CheckCase(original.check_id, original.name, folder, original.config)
     assert compare(copy, produce(copy, tmp_path / "run")) == ["fix.diff"]
+
+
+def test_every_automatic_remedy_has_a_stored_fix_diff() -> None:
+    """Per remedy, not per check: SCP010 had a diff for scorep-callpath-depth while its other
+    remedy, scorep-filter-file, had none (its diff was never shown to anyone)."""
+    import re
+
+    registry.load()
+    automatic = {r.id for r in registry.REMEDIES.values() if r.plan is not None}
+    shown = {m.group(1) for c in ALL if (c.folder / "fix.diff").is_file()
+             for m in re.finditer(r"^# (\S+) \((?:safe|unsafe)\): ", (c.folder / "fix.diff").read_text(), re.M)}
+    assert sorted(automatic - shown) == []

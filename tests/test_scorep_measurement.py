@@ -167,16 +167,30 @@ def plan_one(root: Path, finding: Finding) -> str:
     return plan.diff()
 
 
-def test_filter_remedy_writes_a_filter_from_the_heavy_profile(tmp_path: Path, capsys) -> None:
-    root = job(tmp_path)
-    finding = Finding("SCP010", "scorep", Status.WARN, "scorep_rank_0: the profile holds 813291 region visits",
-                      (), ("scorep-filter-file",),
-                      data={"var": "SCOREP_FILTERING_FILE", "exclude_modules": ["importlib", "torch"],
-                       "profile": "scorep_rank_0/profile.cubex", "file": str(root / "job.sbatch"), "line": 9,
-                       "insert_before": True})
-    plan_text = plan_one(root, finding)
-    assert "+export SCOREP_FILTERING_FILE=scorep.filter" in plan_text
-    assert "+  EXCLUDE importlib:* importlib.* torch:* torch.*\n+  INCLUDE __main__:* user:*\n" in plan_text
+HEAVY_PROFILE = Path(__file__).resolve().parent / "cases" / "SCP010" / "heavy-profile-unfiltered"
+
+
+def test_filter_remedy_from_the_heavy_profile_through_the_cli(tmp_path: Path, capsys) -> None:
+    """The profile run's cube file raises SCP010 for real; `fix --diff --unsafe` prints exactly the
+    case's stored diff (the filter names the busiest modules); apply -> verified; undo -> every byte."""
+    import shutil
+
+    from remedy_util import snapshot
+
+    root = tmp_path / "job"
+    shutil.copytree(HEAVY_PROFILE / "job", root)
+    before = snapshot(root)
+    assert main(["fix", str(root), "--diff", "--unsafe"]) == 0
+    shown = capsys.readouterr().out
+    assert shown == (HEAVY_PROFILE / "fix.diff").read_text()
+    assert "+  EXCLUDE torch:* torch.* importlib:* importlib.* " in shown
+    assert main(["fix", str(root), "--apply", "--unsafe"]) == 0
+    out = capsys.readouterr().out
+    assert "scorep-filter-file: verified" in out and "NOT verified" not in out
+    assert (root / "scorep.filter").read_text().startswith("# Score-P filter for a diagnostic run")
+    assert run_check("SCP010", root)[0].status == Status.PASS
+    assert main(["undo", str(root)]) == 0
+    assert snapshot(root) == before and not (root / "scorep.filter").exists()
 
 
 def test_callpath_remedy_sets_the_depth_from_the_log(tmp_path: Path, capsys) -> None:
