@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 from launch_util import fake_scorep_env
+from remedy_util import NEVER_READY, raised
 from slurm_cluster import LocalSlurm, free_port
 from slurm_util import DDP_JOB, PYTHON, TORCHRUN, job_env, local_slurm, write_exec
 
 from doctor.case import Case
-from doctor.model import Evidence, Finding, Status
+from doctor.model import Finding
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -108,20 +109,12 @@ BROKEN_SBATCH = f"""#!/bin/bash
 
 
 def seed_findings(job: Path, bad_node: str) -> list[Finding]:
-    """What LNC001 and LNC003 report on BROKEN_SBATCH (same IDs, remedy IDs and data)."""
-    lines = job.read_text().splitlines()
-    launch = next(i for i, ln in enumerate(lines, 1) if "-m scorep" in ln)
-    last_sbatch = max(i for i, ln in enumerate(lines, 1) if ln.startswith("#SBATCH"))
-    lnc001 = Finding("LNC001", "launcher", Status.FAIL, "torchrun under python -m scorep",
-                     (Evidence(lines[launch - 1], str(job), launch),), ("per-rank-launch",), {},
-                     {"file": str(job), "line": launch, "text": lines[launch - 1]})
-    lnc003 = Finding("LNC003", "launcher", Status.FAIL,
-                     f"{bad_node}'s CUDA runtime is broken (never_ready) and the job does not exclude it",
-                     (Evidence(f"CUDA runtime on {bad_node}: never_ready", label="GPU003"),), ("exclude-node",),
-                     {"host": bad_node},
-                     {"node": bad_node, "host": bad_node, "runtime_state": "never_ready", "file": str(job),
-                      "line": last_sbatch, "text": lines[last_sbatch - 1], "insert_after_line": last_sbatch})
-    return [lnc001, lnc003]
+    """What the real LNC001 and LNC003 raise on BROKEN_SBATCH, on `bad_node` whose CUDA runtime
+    never becomes ready (GPU003's probe result), so a check/remedy drift fails this test too."""
+    found = raised(job.parent, "LNC001", "LNC003", host=bad_node, cuda_runtime=NEVER_READY)
+    assert {(f.check_id, f.remedies) for f in found} == {("LNC001", ("per-rank-launch",)),
+                                                         ("LNC003", ("exclude-node",))}, found
+    return found
 
 
 def test_the_fixed_sbatch_script_runs_off_the_broken_node_one_scorep_per_rank(
