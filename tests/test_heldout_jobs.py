@@ -4,7 +4,8 @@ model was not tuned on, each as a `broken` and a `clean` variant (tests/fixtures
 torchtitan's run_train.sh (`${CONFIG_FILE:-...}`, `overrides="$*"`, `-m torchtitan.train`), an srun
 wrapper mapping SLURM_PROCID to RANK, an MPI per-rank Score-P wrapper picking its rank from
 OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID, a job array taking its config from a bash array,
-`case "$MODE"` with MODE set above, a shell function around srun, accelerate, nanoGPT, deepspeed,
+`case "$MODE"` with MODE set above, `if [ "$PROFILE" = 1 ]` choosing the launcher in a variable,
+`srun --export=ALL,NAME=value`, a shell function around srun, accelerate, nanoGPT, deepspeed,
 a C-style per-rank loop, HF Trainer arguments in an array and a string, a two-node torchrun
 rendezvous with a `--no-python` wrapper, `cd "$SLURM_SUBMIT_DIR"` + `module load`.
 
@@ -44,6 +45,9 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "hf_trainer_args": {"TRN001": {("finetune.sh", 12)}, "SCR002": {("run_glue.py", 18)}},
     "multinode_rdzv": {"SCP006": {("node_wrapper.sh", 2)}},
     "submit_dir_memory": {"SCP003": {("job.slurm", 9)}, "LNC002": {("job.slurm", 10), ("job.slurm", 12)}},
+    # PROFILE=1 above: the `then` branch sets LAUNCH, the `else` one does not run
+    "if_profile_switch": {"SCP002": {("job.sh", 24), ("job.sh", 10)}, "SCP005": {("job.sh", 10)}},
+    "srun_export": {"SCP003": {("job.sh", 16)}},  # srun --export=ALL,SCOREP_TOTAL_MEMORY=4G
 }
 
 # folder -> text the fixed folder must hold (each edit where the value is set, and only there)
@@ -57,6 +61,8 @@ AFTER: dict[str, list[tuple[str, str]]] = {
                                         '--load_best_model_at_end False"\n')],
     "nanogpt": [("run.sh", "\nbash ./run_ranks.sh\n"), ("run_ranks.sh", "config/train_shakespeare_char.py")],
     "submit_dir_memory": [("job.slurm", "export SCOREP_TOTAL_MEMORY=3500M\n")],
+    "if_profile_switch": [("job.sh", 'LAUNCH="python -m scorep --cuda --mpp=none"\n'), ("job.sh", "LAUNCH=python\n")],
+    "srun_export": [("job.sh", "srun --export=ALL,SCOREP_ENABLE_TRACING=true,SCOREP_TOTAL_MEMORY=3500M \\\n")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
