@@ -51,6 +51,13 @@ _ACCELERATE_FLAGS = {"--multi_gpu", "--cpu", "--use_deepspeed", "--use_fsdp", "-
                      "--same_network", "--dynamo_use_fullgraph", "--dynamo_use_dynamic", "--multi-gpu"}
 _DEEPSPEED_FLAGS = {"--no_python", "--module", "--no_local_rank", "--force_multi", "--save_pid",
                     "--bind_cores_to_rank", "--no_ssh_check", "--no_ssh", "--enable_each_rank_log"}
+
+
+def valueless_flags(kind: str) -> set[str]:
+    """The options of spawner `kind` (torchrun, accelerate, deepspeed...) that take no value."""
+    return {"accelerate": _ACCELERATE_FLAGS, "deepspeed": _DEEPSPEED_FLAGS}.get(kind, _TORCHRUN_FLAGS)
+
+
 SIMPLE_PREFIX = {"nohup", "exec", "command", "builtin", "stdbuf", "nice", "ionice", "chrt", "taskset",
                  "numactl", "time", "unbuffer", "setsid", "caffeinate", "xvfb-run"}
 CUPTI_TOOLS = {"nsys", "ncu", "nv-nsight-cu-cli", "nvprof", "compute-sanitizer", "cuda-memcheck", "dlprof"}
@@ -259,7 +266,7 @@ def parse_spawner(kind: str, args: list[str], resolve: Callable[[str], str | Non
                   modules: Callable[[str], str | None] | None = None
                   ) -> tuple[Spawner, str, list[str], Launch | None, bool]:
     """(spawner, training target, its args, inner launch for --no-python, target is a module)."""
-    flags = {"accelerate": _ACCELERATE_FLAGS, "deepspeed": _DEEPSPEED_FLAGS}.get(kind, _TORCHRUN_FLAGS)
+    flags = valueless_flags(kind)
     nproc_keys = {"accelerate": ("--num_processes", "--num-processes"),
                   "deepspeed": ("--num_gpus", "--num-gpus")}.get(kind, ("--nproc_per_node", "--nproc-per-node"))
     i = 0

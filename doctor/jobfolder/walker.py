@@ -373,10 +373,12 @@ class ShellWalker(Links):
         inline = [v for a in prefix if (v := self._assign(a, ctx, None)) is not None]
         words: list[Word] = []
         word_lines: list[tuple[str, int]] = []
+        refs: list[str] = []
         for w in word_nodes:
             exp = self._expand(w, ctx)
             words.extend(exp.words(src.node_span(w)))
             word_lines.append((src.text_of(w), src.line(src.start(w))))
+            refs.extend(exp.refs)
         end = src.end(node)
         if extra_end is not None and extra_end > end:  # `python - <<EOF`: tree-sitter drops the `-`
             for m in re.finditer(r"\S+", src.text[end:extra_end]):
@@ -440,7 +442,8 @@ class ShellWalker(Links):
             condition=ctx.condition, per_task=per_task, flow=ctx.flow, order=self._order,
             words=tuple(word_lines), end_line=end_line, argv_words=tuple(words), span=src.span(start, end),
             parent=ctx.state.parent, cwd=ctx.state.cwd,
-            statement_line=ctx.top[1] if ctx.top is not None and ctx.top[0] == src.path else line)
+            statement_line=ctx.top[1] if ctx.top is not None and ctx.top[0] == src.path else line,
+            shell_refs=tuple(dict.fromkeys(n for n in refs if n in ctx.state.vars and not ctx.state.vars[n].exported)))
         self.commands.append(cmd)
         if launch is not None and launch.spawner is not None and launch.spawner.no_python and launch.inner is None:
             self._workers(cmd, rest_words, launch, ctx)
