@@ -165,3 +165,26 @@ def test_the_per_rank_script_hands_the_job_scripts_own_arguments_to_every_rank(
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert [(job / f"rank{r}.txt").read_text() for r in (0, 1)] == ["--tag run1 --lr 0.1 2"] * 2
+
+
+def test_the_job_scripts_own_arguments_are_named_in_the_process_tree() -> None:
+    import json
+
+    import jsonschema
+
+    from doctor.jobfolder.processes import job_json, launch_lines
+
+    job = job_of(HELDOUT / "multinode_rdzv" / "broken")
+    schema = json.loads((HELDOUT.parents[2] / "doctor" / "schemas" / "gate.schema.json").read_text())
+    tree = job_json(job)
+    jsonschema.validate(tree["processes"], {"type": "array", "items": {"$ref": "#/$defs/process"},
+                                            "$defs": schema["$defs"]})
+    (script,) = tree["processes"]
+    torchrun = script["children"][-1]
+    (worker,) = torchrun["children"]
+    for node in (torchrun, worker):  # the wrapper's "$@" came from the job script's, on line 25
+        args = [p for p in node["placeholders"] if p["text"] == "$@"]
+        assert args and args[0]["file"] == "multinode.sbatch" and args[0]["line"] == 25, node["placeholders"]
+        assert "the arguments multinode.sbatch is started with" in args[0]["means"]
+    assert not [p for p in worker["placeholders"] if p["text"] == "train.py"]
+    assert any(line.strip().startswith("$head_node_ip: known only when the job runs") for line in launch_lines(job))

@@ -376,3 +376,15 @@ def test_srun_export_and_mpirun_x_set_the_tasks_environment(tmp_path: Path) -> N
     assert b.env["SCOREP_ENABLE_TRACING"].site.line == 1  # type: ignore[union-attr]  # named: kept
     assert c.launch.target == "c.py" and c.env["SCOREP_TOTAL_MEMORY"].value == "1G"  # type: ignore[union-attr]
     assert c.env["SCOREP_EXPERIMENT_DIRECTORY"].value == "mpi_run"
+
+
+def test_a_default_assignment_sets_the_variable_for_later_lines(tmp_path: Path) -> None:
+    write_job(tmp_path, {"run.sh": """
+        : "${NGPUS:=4}"
+        : ${PORT:=29500}
+        echo "${TAG:=run-$NGPUS}"
+        python -m scorep --cuda $(which torchrun) --nproc_per_node=$NGPUS --master_port=$PORT train.py --tag "$TAG"
+        """})
+    (cmd,) = [c for c in job_of(tmp_path).commands if c.launch is not None]
+    assert cmd.launch is not None and cmd.launch.spawner is not None
+    assert cmd.launch.spawner.nproc == 4 and "--master_port=29500" in cmd.argv and cmd.argv[-1] == "run-4"

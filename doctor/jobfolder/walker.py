@@ -297,8 +297,17 @@ class ShellWalker(Links):
 
     # -- words ------------------------------------------------------------
     def _expand(self, node: Node, ctx: Ctx, split: bool = True) -> Expansion:
+        line = ctx.src.line(ctx.src.start(node))
+
+        def assign(name: str, pieces: tuple[Piece, ...], known: bool) -> None:  # `: "${NGPUS:=4}"`
+            old = ctx.state.vars.get(name)
+            value = "".join(p.text for p in pieces)
+            ctx.state.vars[name] = EnvVar(name, value if known else None, value,
+                                          Site(ctx.src.path, line, ctx.src.line_text(line)),
+                                          exported=old is not None and old.exported, pieces=pieces)
+
         return Expander(ctx.src, ctx.state.vars.get, ctx.state.args, split=split, per_task=ctx.state.per_task,
-                        home=self.home, cwd=ctx.state.cwd).expand(node)
+                        home=self.home, cwd=ctx.state.cwd, assign=assign).expand(node)
 
     def _assign(self, node: Node, ctx: Ctx, export: bool | None) -> EnvVar | None:
         """A `NAME=value` / `NAME+=value` / `NAME=(items)` node, evaluated now."""
