@@ -95,7 +95,7 @@ def ranks(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
         return launch.spawner.nproc, f"{launch.spawner.kind} --nproc_per_node={launch.spawner.nproc_text}"
     n = cmd.tasks
     if cmd.loop is not None and cmd.background:
-        return n, f"{_loop_words(cmd)} (line {cmd.loop.site.line})"
+        return n, f"{_loop_words(cmd)} at line {cmd.loop.site.line}"
     if any(w.name in ("srun", "mpirun", "mpiexec") for w in cmd.wrappers):
         return n, "srun/mpirun tasks"
     return 1, "one process"
@@ -130,7 +130,7 @@ def multi_rank(job: Job, cmd: Command, launch: Launch) -> tuple[bool, str]:
         return (spawned[0] is None or spawned[0] > 1), spawned[1]
     if cmd.loop is not None and cmd.background:
         count = cmd.loop.count
-        return (count is None or count > 1), f"starts in {_loop_words(cmd)} (line {cmd.loop.site.line})"
+        return (count is None or count > 1), f"starts in {_loop_words(cmd)} at line {cmd.loop.site.line}"
     for w in cmd.wrappers:
         if w.name in ("srun", "mpirun", "mpiexec", "orterun", "jsrun", "aprun"):
             if w.tasks is None:
@@ -249,7 +249,8 @@ def origin_evidence(job: Job, cmd: Command, index: int | None, label: str = "wri
 def rank_spelling(cmd: Command) -> str | None:
     """How a measured process's own rank is written so that it differs per rank: the loop
     variable of a backgrounded loop, the RANK the command sets, RANK in a torchrun worker,
-    SLURM_PROCID in an srun task. SCP006's proposal and its remedy both use it."""
+    the RANK a per-task wrapper exports from its launcher's rank, SLURM_PROCID in an srun task, Open
+    MPI's or PMI's rank in an mpirun task. SCP006's proposal and its remedy both use it."""
     if cmd.loop is not None and cmd.loop.var and cmd.background:
         return "${" + cmd.loop.var + "}"
     rank = cmd.env.get("RANK")
@@ -257,6 +258,16 @@ def rank_spelling(cmd: Command) -> str | None:
         return rank.raw
     if cmd.parent is not None:
         return "${RANK}"
-    if cmd.per_task and any(w.name == "srun" for w in cmd.wrappers):
+    if not cmd.per_task:
+        return None
+    if rank is not None and rank.varies and rank.site is not None:  # a per-task wrapper's `export RANK=$PMI_RANK`
+        return "${RANK}"
+    names = {w.name for w in cmd.wrappers}
+    if "srun" in names:
         return "${SLURM_PROCID}"
+    mpi = {"mpirun", "mpiexec", "orterun"}
+    if names & mpi and not any(os.path.basename(a) in mpi for a in cmd.argv):
+        # inside the script mpirun starts per rank (on the mpirun line itself, the outer shell would
+        # expand it once): Open MPI's rank, else MPICH/Hydra's (PMI)
+        return "${OMPI_COMM_WORLD_RANK:-${PMI_RANK}}"
     return None
