@@ -13,7 +13,7 @@ pytest.importorskip("textual")
 
 from diagnosis_util import seed_chain  # noqa: E402
 from textual.widgets import DataTable, Static  # noqa: E402
-from tui_pilot import click, plain, run_app, screen_up, until  # noqa: E402
+from tui_pilot import CEILING_S, click, plain, run_app, screen_up, until  # noqa: E402
 
 from doctor.case import Case  # noqa: E402
 from doctor.tui.app import DoctorApp, make_app  # noqa: E402
@@ -30,7 +30,7 @@ def cursor_check(app: DoctorApp) -> str:
 def test_the_app_opens_on_the_first_root_cause_and_shows_the_chain(tmp_path: Path) -> None:
     root = seed_chain(tmp_path / "dnabert2")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCOREP_", "SLURM_"))}
-    app = make_app(Case(root=root, env=env), Options(playbook="scorep-ddp", budget_s=60))
+    app = make_app(Case(root=root, env=env), Options(playbook="scorep-ddp", budget_s=CEILING_S))
 
     async def body(pilot: Any) -> None:
         await until(pilot, lambda: app.diagnosis is not None, "the diagnosis")
@@ -86,7 +86,7 @@ def test_the_launch_screen_names_the_check_of_a_rank_that_died(tmp_path: Path) -
 
     (tmp_path / "train.py").write_text(RANKS)
     app = make_app(Case(root=tmp_path, env=dict(os.environ)),
-                   Options(playbook="post-run", budget_s=30, extra={"warmup": False, "grace_s": 0.5}))
+                   Options(playbook="post-run", budget_s=CEILING_S, extra={"warmup": False, "grace_s": 0.5}))
 
     async def body(pilot: Any) -> None:
         await until(pilot, lambda: app.run_result is not None, "the checks")

@@ -102,7 +102,7 @@ def ddp_job(tmp_path: Path) -> Path:
 
 def app_for(root: Path, env: dict[str, str] | None = None, playbook: str = "scorep-ddp") -> DoctorApp:
     case = Case(root=root, env=env if env is not None else dict(os.environ))
-    return make_app(case, Options(playbook=playbook, budget_s=60, extra={"warmup": False, "grace_s": 2.0}))
+    return make_app(case, Options(playbook=playbook, budget_s=CEILING_S, extra={"warmup": False, "grace_s": 2.0}))
 
 
 def test_checks_fill_in_live_on_the_broken_example(job: Path, fake_node: Any) -> None:
@@ -205,7 +205,7 @@ def test_launch_shows_both_ranks_finish(ddp_job: Path) -> None:
 def test_stopping_a_run_leaves_no_rank_process(ddp_job: Path) -> None:
     env = {**os.environ, "STEPS": "10000", "SLOW": "1"}
     case = Case(root=ddp_job, env=env)
-    app = make_app(case, Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
+    app = make_app(case, Options(playbook="post-run", budget_s=CEILING_S, extra={"warmup": False}))
     pids: list[int] = []
 
     async def body(pilot: Any) -> None:
@@ -320,7 +320,7 @@ def test_launch_screen_time_breakdown_never_raises(tmp_path: Path) -> None:
 
 def test_sigterm_stops_the_ranks_and_exits_cleanly(ddp_job: Path) -> None:
     env = {**os.environ, "STEPS": "10000", "SLOW": "1"}
-    app = make_app(Case(root=ddp_job, env=env), Options(playbook="post-run", budget_s=30,
+    app = make_app(Case(root=ddp_job, env=env), Options(playbook="post-run", budget_s=CEILING_S,
                                                         extra={"warmup": False}))
     pids: list[int] = []
 
@@ -388,7 +388,7 @@ def test_rank_lines_with_brackets_show_as_printed_and_the_stop_key_works(tmp_pat
     folder.mkdir()
     (folder / "talk.py").write_text(f"import time\nprint({line!r}, flush=True)\ntime.sleep(600)\n")
     app = make_app(Case(root=folder, env=dict(os.environ)),
-                   Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
+                   Options(playbook="post-run", budget_s=CEILING_S, extra={"warmup": False}))
 
     async def body(pilot: Any) -> None:
         screen = await start_ranks(pilot, app, "talk.py", 1)
@@ -417,7 +417,7 @@ def _long_talker(tmp_path: Path) -> DoctorApp:
     folder.mkdir(exist_ok=True)
     (folder / "talk.py").write_text("import time\nprint('step 1/9', flush=True)\ntime.sleep(600)\n")
     return make_app(Case(root=folder, env=dict(os.environ)),
-                    Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
+                    Options(playbook="post-run", budget_s=CEILING_S, extra={"warmup": False}))
 
 
 def test_quitting_with_q_during_a_run_stops_the_ranks_and_exits(tmp_path: Path) -> None:
