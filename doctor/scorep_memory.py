@@ -58,11 +58,14 @@ def judge(value: str | None, instrumenter: bool, imports_torch: bool) -> MemoryV
         return MemoryVerdict(None, False, f"{shown} is not a size Score-P accepts: {exc}")
     if size > TOTAL_MEMORY_LIMIT:
         size = TOTAL_MEMORY_LIMIT
+        shown += f" (clamped by Score-P to {format_size(size)} bytes)"
+    elif value is not None and format_size(size).upper() != value.strip().upper():
+        shown += f" ({format_size(size)})"
     if not (instrumenter and imports_torch):
         return MemoryVerdict(size, True, f"{shown} is enough without the Python instrumenter tracing torch")
     if size < TORCH_MINIMUM:
-        return MemoryVerdict(size, False, f"{shown} ({format_size(size)}) cannot hold the Python instrumenter's "
+        return MemoryVerdict(size, False, f"{shown} cannot hold the Python instrumenter's "
                                           f"trace of `import torch` (measured: 32M-48M for a 3-step job); "
                                           "each rank aborts with 'No free memory page available'")
-    return MemoryVerdict(size, True, f"{shown} ({format_size(size)}) holds the Python instrumenter's trace of "
+    return MemoryVerdict(size, True, f"{shown} holds the Python instrumenter's trace of "
                                      "`import torch`")

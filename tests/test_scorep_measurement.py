@@ -16,7 +16,7 @@ from doctor.cli import main
 from doctor.launch.spec import LaunchSpec, memory_warning, plan_ranks, total_memory_to_set
 from doctor.model import Finding, Status
 from doctor.remedy.planner import make_plan
-from doctor.scorep_memory import propose_total_memory
+from doctor.scorep_memory import judge, propose_total_memory
 
 TRAIN = """
     import os
@@ -106,6 +106,15 @@ def test_scp009_reads_score_ps_own_value_from_the_logs(tmp_path: Path) -> None:
 def test_proposals_stay_under_the_4_gib_cap() -> None:
     assert propose_total_memory(16375808) == "256M"
     assert propose_total_memory(512 << 20) == "3500M"
+
+
+def test_memory_reasons_name_the_value_once_and_say_when_score_p_clamps_it() -> None:
+    assert judge("256M", True, True).reason.startswith("SCOREP_TOTAL_MEMORY=256M holds")
+    assert judge("1024M", True, True).reason.startswith("SCOREP_TOTAL_MEMORY=1024M (1G) holds")
+    clamped = judge("4G", True, True)
+    assert clamped.enough and clamped.bytes == 4294967295
+    assert clamped.reason.startswith("SCOREP_TOTAL_MEMORY=4G (clamped by Score-P to 4294967295 bytes) holds")
+    assert judge(None, True, True).reason.startswith("the default 16000k cannot hold")
 
 
 # -- SCP010 -------------------------------------------------------------------

@@ -95,7 +95,7 @@ def ranks(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
         return launch.spawner.nproc, f"{launch.spawner.kind} --nproc_per_node={launch.spawner.nproc_text}"
     n = cmd.tasks
     if cmd.loop is not None and cmd.background:
-        return n, f"{_loop_words(cmd)} (line {cmd.loop.site.line})"
+        return n, f"{_loop_words(cmd)} at line {cmd.loop.site.line}"
     if any(w.name in ("srun", "mpirun", "mpiexec") for w in cmd.wrappers):
         return n, "srun/mpirun tasks"
     return 1, "one process"
@@ -130,7 +130,7 @@ def multi_rank(job: Job, cmd: Command, launch: Launch) -> tuple[bool, str]:
         return (spawned[0] is None or spawned[0] > 1), spawned[1]
     if cmd.loop is not None and cmd.background:
         count = cmd.loop.count
-        return (count is None or count > 1), f"starts in {_loop_words(cmd)} (line {cmd.loop.site.line})"
+        return (count is None or count > 1), f"starts in {_loop_words(cmd)} at line {cmd.loop.site.line}"
     for w in cmd.wrappers:
         if w.name in ("srun", "mpirun", "mpiexec", "orterun", "jsrun", "aprun"):
             if w.tasks is None:
