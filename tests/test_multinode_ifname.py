@@ -17,11 +17,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from jobfolder_util import run_check, write_job
 
+from doctor.facts import ProbeFailure
 from doctor.launch import ifname
 from doctor.launch.ifname import SocketRoute
 from doctor.launch.spec import LaunchSpec
 from doctor.launch.srun_task import REFUSED, SILENCE, reachable
+from doctor.model import Outcome, Status
 
 ADDRS = {"lo": ("127.0.0.1", "::1"), "mgmt0": ("192.168.7.12",), "ib0": ("10.40.0.12",)}
 
@@ -173,3 +176,68 @@ def test_in_a_node_named_localhost_the_management_route_is_told_apart() -> None:
     assert (got["interface"], got["source"]) == ("mgmt0", "192.168.7.12")
     assert "resolve" in str(got["problem"]) and "(loopback)" in str(got["problem"])
     assert "through mgmt0 (192.168.7.12)" in str(got["problem"])
+
+
+# -- LNC004: the same judgement as a check over a job folder ------------------------------------
+
+TWO_NODES = """#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+{exports}srun python train.py --epochs 3
+"""
+TRAIN = "import torch.distributed as dist\ndist.init_process_group('nccl')\n"
+
+
+def lnc004(tmp_path: Path, script: str, fact: object) -> list[Outcome]:
+    root = write_job(tmp_path / "job", {"job.sbatch": script, "train.py": TRAIN})
+    return run_check("LNC004", root, {"socket_route": fact}, host="gpu012")
+
+
+def fact(resolved: tuple[str, ...], addresses: dict[str, tuple[str, ...]] = ADDRS,
+         interface: str = "ib0", source: str = "10.40.0.12") -> dict[str, object]:
+    return SocketRoute("gpu012", resolved, "10.40.0.11", "10.40.0.11", source, interface, addresses).to_fact() \
+        | {"whence": "MASTER_ADDR"}
+
+
+def test_lnc004_fails_when_gloo_would_bind_to_loopback_and_names_both_sides(tmp_path: Path) -> None:
+    [out] = lnc004(tmp_path, TWO_NODES.format(exports=""), fact(("127.0.1.1",)))
+    assert out.status == Status.FAIL
+    assert out.message.startswith("hostname gpu012 resolves to 127.0.1.1 (loopback): gloo binds to 127.0.1.1")
+    assert out.message.endswith("the job sets neither GLOO_SOCKET_IFNAME nor NCCL_SOCKET_IFNAME")
+    assert [(e.label, e.file, e.line) for e in out.evidence][:2] == [("launch", "job.sbatch", 5),
+                                                                     ("#SBATCH", "job.sbatch", 2)]
+    assert "ip route get: 10.40.0.11 (MASTER_ADDR) via ib0 src 10.40.0.12" in \
+        [f"{e.label}: {e.text}" for e in out.evidence]
+    assert list(out.remedies) == ["socket-ifname"]
+
+
+@pytest.mark.parametrize("exports, status, words", [
+    ("export GLOO_SOCKET_IFNAME=ib0 NCCL_SOCKET_IFNAME=ib0\n", Status.PASS, "the job names the socket interface"),
+    ("export NCCL_SOCKET_IFNAME=ib0\n", Status.FAIL, "the job sets no GLOO_SOCKET_IFNAME"),
+])
+def test_lnc004_reads_the_jobs_own_exports(tmp_path: Path, exports: str, status: Status, words: str) -> None:
+    [out] = lnc004(tmp_path, TWO_NODES.format(exports=exports), fact(("127.0.1.1",)))
+    assert out.status == status and words in out.message, out.message
+
+
+def test_lnc004_warns_when_only_nccl_would_take_the_management_network(tmp_path: Path) -> None:
+    addrs = {"lo": ("127.0.0.1",), "eno1": ("192.168.7.12",), "eth1": ("10.40.0.12",)}
+    [out] = lnc004(tmp_path, TWO_NODES.format(exports=""), fact(("10.40.0.12",), addrs, "eth1"))
+    assert out.status == Status.WARN
+    assert out.message == ("NCCL picks eno1 (ib* first, then any interface but lo and docker*), but 10.40.0.11 "
+                           "is reached through eth1; the job sets no NCCL_SOCKET_IFNAME")
+
+
+def test_lnc004_passes_for_gpu_doctor_launch_and_skips_on_one_node(tmp_path: Path) -> None:
+    launch = TWO_NODES.format(exports="").replace("srun python train.py", "gpu-doctor launch -- train.py")
+    [out] = lnc004(tmp_path / "a", launch, fact(("127.0.1.1",)))
+    assert out.status == Status.PASS and "gpu-doctor launch sets" in out.message
+    [one] = lnc004(tmp_path / "b", TWO_NODES.format(exports="").replace("--nodes=2", "--nodes=1"),
+                   fact(("127.0.1.1",)))
+    assert one.status == Status.SKIP and one.message.startswith("one node")
+
+
+def test_lnc004_is_unknown_when_the_probe_failed(tmp_path: Path) -> None:
+    [out] = lnc004(tmp_path, TWO_NODES.format(exports=""), ProbeFailure("socket_route", "timeout", "DNS hung"))
+    assert out.status == Status.UNKNOWN and "DNS hung" in out.message

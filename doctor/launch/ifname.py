@@ -75,6 +75,25 @@ class SocketRoute:
         return (f"{said}: gloo binds to {addr}{fallback}, which the other nodes cannot reach; "
                 f"{self.master} is reached through {self.interface} ({self.source})")
 
+    def nccl_interface(self) -> str:
+        """The interface NCCL picks without NCCL_SOCKET_IFNAME: the first ib*, else the first that
+        is not lo or docker*, else lo (its order is the system's interface order)."""
+        names = [n for n, addrs in (self.addresses or {}).items() if any(":" not in a for a in addrs)]
+        for n in names:
+            if n.startswith("ib"):
+                return n
+        return next((n for n in names if not n.startswith(("lo", "docker"))), "lo")
+
+    def nccl_problem(self) -> str | None:
+        """Why NCCL's own choice may not reach the master; None when it is the route's interface."""
+        if not self.interface or _loopback(self.master_ip):
+            return None
+        pick = self.nccl_interface()
+        if pick == self.interface:
+            return None
+        return (f"NCCL picks {pick} (ib* first, then any interface but lo and docker*), but {self.master} "
+                f"is reached through {self.interface}")
+
     def to_fact(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["resolved"] = list(self.resolved)
