@@ -7,6 +7,7 @@ when it is there.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from doctor.facts import Facts, ProbeFailure
@@ -441,19 +442,21 @@ def experiment_per_rank(facts: Facts) -> list[Outcome]:
 def _shared_dir(job: Job, cmd: Any, why: str) -> list[Outcome]:
     var = cmd.var("SCOREP_EXPERIMENT_DIRECTORY")
     rank = rank_spelling(cmd) or "${RANK}"
-    rank_var = rank.strip("${}")
+    first = re.match(r"\$\{?(\w+)", rank)
+    rank_var = first.group(1) if first else "RANK"
+    said = f"the launch {why}" if why.startswith("starts") else why
     proposed = f"scorep_rank_{rank}"
     data = command_data(cmd) | {"var": "SCOREP_EXPERIMENT_DIRECTORY", "proposed": proposed, "rank_var": rank_var}
     launch_ev = ev(job, cmd.site, "launch", f"{cmd.site.text}  ({why})")
     if var is None:
-        return [fail(f"the measured ranks share the default experiment folder (scorep-measurement-tmp): it {why}",
+        return [fail(f"the measured ranks share the default experiment folder (scorep-measurement-tmp): {said}",
                      launch_ev, "scorep-per-rank-dirs", data=data | {"value": None})]
     if var.varies:
         return [passed(f"SCOREP_EXPERIMENT_DIRECTORY={var.raw} differs per rank", var_evidence(job, var))]
     note = ""
     if any(r in ("SLURM_PROCID", "RANK", "LOCAL_RANK", "SLURM_LOCALID") for r in var.refs):
         note = " (the job script expands the rank variable once, before the tasks start)"
-    return [fail(f"every rank writes SCOREP_EXPERIMENT_DIRECTORY={var.raw}{note}: it {why}",
+    return [fail(f"every rank writes SCOREP_EXPERIMENT_DIRECTORY={var.raw}{note}: {said}",
                  [launch_ev, var_evidence(job, var)], "scorep-per-rank-dirs",
                  data=data | {"value": var.raw, "setting": var_data(var)})]
 

@@ -267,12 +267,35 @@ def test_case_statements_are_walked_arm_by_arm(tmp_path: Path) -> None:
                    python -m scorep --cuda train.py ;;
             plain) python train.py ;;
         esac
+        case "$SLURM_ARRAY_TASK_ID" in
+            0|1) python -m scorep --cuda train.py --lr 1e-3 ;;
+            *) python -m scorep --cuda train.py --lr 1e-4 ;;
+        esac
         """})
     job = job_of(tmp_path)
     launches = [c for c in job.commands if c.launch is not None]
-    assert [(c.site.line, c.instrumented is not None) for c in launches] == [(13, True), (14, False)]
+    # MODE is unset, so the subject is `trace`: the `plain)` arm does not run; the array task id is
+    # known only when the job runs, so each of its arms may be the one
+    assert [(c.site.line, c.instrumented is not None) for c in launches] == [(13, True), (17, True), (18, True)]
     assert launches[0].env["SCOREP_TOTAL_MEMORY"].site.line == 12  # type: ignore[union-attr]
     assert not [n for n in job.notes if n.kind == "unparsed"]
+
+
+def test_case_arms_follow_bash_patterns_and_fallthrough(tmp_path: Path) -> None:
+    write_job(tmp_path, {"run.sh": """
+        MODE=profile-cuda
+        case $MODE in
+            trace) python -m scorep -- a.py ;;
+            'profile*') python -m scorep -- b.py ;;
+            profile*|debug) python -m scorep --cuda c.py ;&
+            never) python -m scorep --cuda d.py ;;&
+            *-cuda) python -m scorep --cuda e.py ;;
+            *) python -m scorep --cuda f.py ;;
+        esac
+        """})
+    job = job_of(tmp_path)
+    # a quoted pattern is literal; `;&` runs the next arm's body, `;;&` goes on testing; `;;` stops
+    assert [c.launch.target for c in job.commands if c.launch is not None] == ["c.py", "d.py", "e.py"]
 
 
 def test_lines_the_parser_cannot_read_are_noted_and_the_rest_is_read(tmp_path: Path) -> None:

@@ -16,18 +16,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from jobfolder_util import JOB_CHECKS, bad, run_check, where
+from jobfix_util import failing, fix_apply_unsafe, messages
+from jobfolder_util import run_check, where
 from remedy_util import snapshot
 
-from doctor.case import Case
 from doctor.cli import main
 from doctor.model import Status
-from doctor.remedy.journal import records
-from doctor.remedy.verify import CONFIG_LAYERS, run_job_checks
 
 CHAIN = Path(__file__).resolve().parent / "fixtures" / "launch_chain"
-# What no edit of the job folder can fix on this machine: Score-P is not installed here.
-MACHINE = {"SCP001", "TRN002", "LNC003"}
 
 # pattern -> {check: evidence (file, line) that must be among the failing findings'}
 # (SCP009: the Python instrumenter with Score-P's default 16000k aborts every rank that imports torch,
@@ -75,26 +71,17 @@ AFTER: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def failing(folder: Path) -> dict[str, list[object]]:
-    out: dict[str, list[object]] = {}
-    for cid in JOB_CHECKS:
-        found = bad(run_check(cid, folder))
-        if found:
-            out[cid] = found
-    return out
-
-
 @pytest.mark.parametrize("pattern", sorted(EXPECTED))
 def test_broken_pattern_raises_its_findings_at_the_line_that_set_the_value(pattern: str) -> None:
     found = failing(CHAIN / pattern / "broken")
-    assert set(found) == set(EXPECTED[pattern]), {k: [o.message for o in v] for k, v in found.items()}  # type: ignore[attr-defined]
+    assert set(found) == set(EXPECTED[pattern]), messages(found)
     for cid, evidence in EXPECTED[pattern].items():
-        assert evidence <= set(where(found[cid])), (cid, where(found[cid]))  # type: ignore[arg-type]
+        assert evidence <= set(where(found[cid])), (cid, where(found[cid]))
 
 
 @pytest.mark.parametrize("pattern", sorted(EXPECTED))
 def test_clean_pattern_raises_nothing_above_pass(pattern: str) -> None:
-    assert {k: [o.message for o in v] for k, v in failing(CHAIN / pattern / "clean").items()} == {}  # type: ignore[attr-defined]
+    assert messages(failing(CHAIN / pattern / "clean")) == {}
 
 
 @pytest.mark.parametrize("pattern", sorted(EXPECTED))
@@ -103,14 +90,9 @@ def test_fix_apply_unsafe_leaves_the_pattern_clean_and_undo_restores_it(
     job = tmp_path / pattern
     shutil.copytree(CHAIN / pattern / "broken", job, symlinks=True)
     before = snapshot(job)
-    assert main(["fix", str(job), "--apply", "--unsafe"]) == 0
-    out = capsys.readouterr().out
+    out, verified, left = fix_apply_unsafe(job, capsys)
     assert "NOT verified" not in out, out
-    verify = [r for r in records(job) if r["type"] == "verify"][-1]["remedies"]
-    assert verify and all(v["verified"] is True for v in verify.values()), verify
-    after = run_job_checks(Case(root=job))
-    left = {r.check_id: r.message for r in after.results
-            if r.layer in CONFIG_LAYERS and r.status not in (Status.PASS, Status.SKIP) and r.check_id not in MACHINE}
+    assert verified and all(v is True for v in verified.values()), verified
     assert left == {}, out
     for rel, text in AFTER[pattern]:
         assert text in (job / rel).read_text(), (rel, text)

@@ -249,7 +249,8 @@ def origin_evidence(job: Job, cmd: Command, index: int | None, label: str = "wri
 def rank_spelling(cmd: Command) -> str | None:
     """How a measured process's own rank is written so that it differs per rank: the loop
     variable of a backgrounded loop, the RANK the command sets, RANK in a torchrun worker,
-    SLURM_PROCID in an srun task. SCP006's proposal and its remedy both use it."""
+    the RANK a per-task wrapper exports from its launcher's rank, SLURM_PROCID in an srun task, Open
+    MPI's or PMI's rank in an mpirun task. SCP006's proposal and its remedy both use it."""
     if cmd.loop is not None and cmd.loop.var and cmd.background:
         return "${" + cmd.loop.var + "}"
     rank = cmd.env.get("RANK")
@@ -257,6 +258,16 @@ def rank_spelling(cmd: Command) -> str | None:
         return rank.raw
     if cmd.parent is not None:
         return "${RANK}"
-    if cmd.per_task and any(w.name == "srun" for w in cmd.wrappers):
+    if not cmd.per_task:
+        return None
+    if rank is not None and rank.varies and rank.site is not None:  # a per-task wrapper's `export RANK=$PMI_RANK`
+        return "${RANK}"
+    names = {w.name for w in cmd.wrappers}
+    if "srun" in names:
         return "${SLURM_PROCID}"
+    mpi = {"mpirun", "mpiexec", "orterun"}
+    if names & mpi and not any(os.path.basename(a) in mpi for a in cmd.argv):
+        # inside the script mpirun starts per rank (on the mpirun line itself, the outer shell would
+        # expand it once): Open MPI's rank, else MPICH/Hydra's (PMI)
+        return "${OMPI_COMM_WORLD_RANK:-${PMI_RANK}}"
     return None

@@ -13,6 +13,7 @@ noted, never guessed.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Callable
@@ -148,13 +149,41 @@ class ShellWalker(Links):
         elif kind == "if_statement":
             self._if(node, ctx)
         elif kind == "case_statement":
-            for item in (c for c in named(node) if c.type == "case_item"):
+            for item in self._case_arms(node, ctx):
                 self._block(item, ctx, skip_patterns=True)
         elif kind == "function_definition":
             name = node.child_by_field_name("name")
             body = node.child_by_field_name("body")
             if name is not None and body is not None:
                 ctx.state.functions[ctx.src.text_of(name)] = (body, ctx.src)
+
+    def _case_arms(self, node: Node, ctx: Ctx) -> list[Node]:
+        """The arms of `case WORD in ...` that run: the matching one(s) when WORD and the patterns
+        are known (`MODE=profile` above), else every arm (each one may be the one that runs)."""
+        items = [c for c in named(node) if c.type == "case_item"]
+        subject = node.child_by_field_name("value")
+        if subject is None:
+            return items
+        word = self._expand(subject, ctx, split=False)
+        if not word.known or word.varies:
+            return items
+        chosen: list[Node] = []
+        falling = False
+        for item in items:
+            if not falling:
+                matched = case_match(word.value, [self._expand(p, ctx, split=False)
+                                                  for p in item.children_by_field_name("value")],
+                                     [p.type in ("string", "raw_string") for p in item.children_by_field_name("value")])
+                if matched is None:
+                    return items
+                if not matched:
+                    continue
+            chosen.append(item)
+            end = item.children[-1].type if item.children else ";;"
+            falling = end == ";&"
+            if end not in (";&", ";;&"):
+                break
+        return chosen
 
     def _block(self, node: Node, ctx: Ctx, skip_patterns: bool = False) -> None:
         kids = list(node.children)
@@ -439,6 +468,17 @@ class ShellWalker(Links):
                     self.files[ctx.src.path] = replace(f, module_loads=f.module_loads + (site,))
             return False
         return False
+
+def case_match(subject: str, patterns: list[Expansion], quoted: list[bool]) -> bool | None:
+    """Whether `subject` matches one of a case arm's patterns (bash globs; quoted ones literally);
+    None when a pattern is only known when the job runs."""
+    for pattern, literal in zip(patterns, quoted, strict=True):
+        if not pattern.known:
+            return None
+        if subject == pattern.value if literal else fnmatch.fnmatchcase(subject, pattern.value):
+            return True
+    return False
+
 
 def _inside_quotes(src: Source, node: Node) -> Span:
     """The span of a value as written, inside its quotes when the whole value is one quoted string."""
