@@ -70,7 +70,8 @@ def socket_interface(facts: Facts) -> Outcome:
     launch, or `gpu-doctor launch`, which sets both per node from its route to MASTER_ADDR.
 
     Severity:
-    skip on one node, without a launch, or without a MASTER_ADDR to route to; pass when the job
+    skip on one node, without a launch, without a MASTER_ADDR to route to, or where the node is not
+    probed (`gpu-doctor fix`); pass when the job
     names both interfaces, launches through `gpu-doctor launch`, or the libraries' own choice is
     the route's interface; fail when gloo's is not (its sockets cannot reach the other nodes);
     warn when only NCCL's is not (another network may still connect the nodes); unknown when the
@@ -100,6 +101,9 @@ def socket_interface(facts: Facts) -> Outcome:
                       + " ".join(f"{v}={own[v].raw}" for v in VARIABLES),
                       [var_evidence(job, own[v], v) for v in VARIABLES])
     route = facts.get("socket_route")
+    if isinstance(route, ProbeFailure) and route.detail.startswith("not probed"):
+        return skip(f"{route.detail}: which interface reaches the master is this node's answer "
+                    "(`gpu-doctor --check-only` on a node of the allocation)", evidence)
     if isinstance(route, ProbeFailure):
         return unknown(f"cannot tell which interface reaches the master: {route.detail}",
                        entities={"probe": "socket_route"})

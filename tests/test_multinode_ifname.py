@@ -241,3 +241,9 @@ def test_lnc004_passes_for_gpu_doctor_launch_and_skips_on_one_node(tmp_path: Pat
 def test_lnc004_is_unknown_when_the_probe_failed(tmp_path: Path) -> None:
     [out] = lnc004(tmp_path, TWO_NODES.format(exports=""), ProbeFailure("socket_route", "timeout", "DNS hung"))
     assert out.status == Status.UNKNOWN and "DNS hung" in out.message
+
+
+def test_lnc004_under_fix_skips_the_node_question(tmp_path: Path) -> None:
+    [out] = lnc004(tmp_path, TWO_NODES.format(exports=""),
+                   ProbeFailure("socket_route", "error", "not probed: gpu-doctor fix reads the job folder only"))
+    assert out.status == Status.SKIP and "gpu-doctor --check-only` on a node of the allocation" in out.message
