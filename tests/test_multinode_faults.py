@@ -198,11 +198,13 @@ def test_a_nodes_slurmd_killed_mid_run_ends_the_job_and_the_verdict_names_the_no
 def test_a_rendezvous_port_rejected_by_the_masters_firewall_says_refused_not_silence(
         cluster: MultiNodeSlurm, tmp_path: Path) -> None:
     """node1's firewall REJECTs what comes in on eth0 for the port (rank 0's own connection, on
-    node1, stays inside): it answers at once (ICMP port unreachable, the connect fails with
-    "Connection refused"), where DROP leaves the attempt unanswered. The message says which."""
+    node1, stays inside): it answers at once (a TCP reset: the connect fails with "Connection
+    refused"), where DROP leaves the attempt unanswered. The message says which. (With REJECT's
+    default ICMP answer the kernel rate-limits the answers, ~1/s after a burst of 6, and the
+    rank's quick retries then sit unanswered: a firewall that looks like DROP now and then.)"""
     port = free_port()
     cluster.in_node("node1", "iptables", "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", str(port),
-                    "-j", "REJECT")
+                    "-j", "REJECT", "--reject-with", "tcp-reset")
     folder = tmp_path / "job"
     script = job_folder(folder, 1, f"--master-port {port} --rendezvous-timeout 12")
     # (the refusal is seen by the task's probe, 6 s in with this timeout: the others wait longer)
