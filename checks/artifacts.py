@@ -19,6 +19,7 @@ from doctor.artifacts.signatures import SIGNATURE_CHECKS, signature_outcome
 from doctor.facts import Facts, ProbeFailure
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
 from doctor.registry import check
+from doctor.wording import count
 
 ARTIFACTS = Layer.ARTIFACTS
 
@@ -39,8 +40,8 @@ def describe(exp: Experiment) -> str:
     gpus = exp.gpu_locations
     cpus = max((len(s.cpu_threads) for s in exp.readable), default=0)
     names = ", ".join(g.name for g in gpus[:4]) + (", ..." if len(gpus) > 4 else "")
-    text = f"{exp.processes} process{'es' if exp.processes != 1 else ''}, {cpus} CPU thread(s), " \
-           f"{len(gpus)} GPU location(s)"
+    text = f"{count(exp.processes, 'process')}, {count(cpus, 'CPU thread')}, " \
+           f"{count(len(gpus), 'GPU location')}"
     return text + (f" ({names})" if gpus else "")
 
 
@@ -59,7 +60,7 @@ def _unreadable(exps: Experiments) -> Outcome | None:
         return None
     bad = [e for e in exps.folders if e.problems]
     ev = [Evidence(p, e.path) for e in bad for p in e.problems[:2]]
-    return unknown(f"none of the {len(exps.folders)} experiment folder(s) holds a readable trace or "
+    return unknown(f"none of the {count(len(exps.folders), 'experiment folder')} holds a readable trace or "
                    "profile (see ART003)", ev[:8])
 
 
@@ -114,7 +115,7 @@ def launcher_only(facts: Facts) -> Outcome | list[Outcome]:
     if outcomes:
         return outcomes
     measured = [e for e in exps.folders if e.readable]
-    return passed(f"{len(measured)} experiment folder(s) measured the workers, not only the launcher",
+    return passed(f"{count(len(measured), 'experiment folder')} measured the workers, not only the launcher",
                   [Evidence(describe(e), e.path) for e in measured[:8]])
 
 
@@ -169,7 +170,7 @@ def _cuda_outcome(exp: Experiment, job_setting: tuple[str, Evidence] | None) -> 
     if cuda or exp.cuda_regions:
         nccl = exp.nccl_kernels
         extra = f", NCCL kernels ({nccl[0]}...)" if nccl else ""
-        return passed(f"{name}: {len(cuda)} CUDA location(s), {exp.cuda_regions} CUDA region(s){extra}",
+        return passed(f"{name}: {count(len(cuda), 'CUDA location')}, {count(exp.cuda_regions, 'CUDA region')}{extra}",
                       Evidence(describe(exp), exp.path))
     asked = exp.cuda_setting
     if asked is not None:
@@ -196,7 +197,7 @@ def _cuda_outcome(exp: Experiment, job_setting: tuple[str, Evidence] | None) -> 
 def _api_only(exp: Experiment) -> Outcome:
     """CUDA API regions but no GPU stream: the adapter ran, kernel recording was off."""
     ev = [Evidence(describe(exp), exp.path, label="measured"),
-          Evidence(f"{exp.cuda_regions} CUDA region(s), no CUDA[dev:stream] location", exp.path)]
+          Evidence(f"{count(exp.cuda_regions, 'CUDA region')}, no CUDA[dev:stream] location", exp.path)]
     asked = exp.cuda_setting
     if asked is not None:
         ev.insert(0, Evidence(f"SCOREP_CUDA_ENABLE={asked[0]}", asked[1], asked[2] or None, "scorep.cfg"))
@@ -259,8 +260,8 @@ def ranks_complete(facts: Facts) -> Outcome | list[Outcome]:
         return outcomes
     ranks = exps.rank_folders
     if ranks:
-        return passed(f"all {len(ranks)} rank folder(s) hold a readable trace or profile")
-    return passed(f"{len(exps.folders)} experiment folder(s), each with a readable trace or profile")
+        return passed(f"all {count(len(ranks), 'rank folder')} hold a readable trace or profile")
+    return passed(f"{count(len(exps.folders), 'experiment folder')}, each with a readable trace or profile")
 
 
 def _missing_ranks(exps: Experiments, expected: tuple[int, Evidence] | None,
@@ -282,7 +283,7 @@ def _missing_ranks(exps: Experiments, expected: tuple[int, Evidence] | None,
         lost = sorted(missing + broken)
         by_node, empty = _per_node(nodes or {}, n, set(complete), set(missing))
         ev += [Evidence(line, exps.root, label="per node") for line in by_node]
-        message = (f"{len(complete)} of {n} ranks left a complete measurement; missing or incomplete: "
+        message = (f"{len(complete)} of {count(n, 'rank')} left a complete measurement; missing or incomplete: "
                    f"{', '.join(f'rank {r}' for r in lost[:10])}")
         if empty:
             message += "; " + "; ".join(f"no experiment folder from any rank on {node} "
@@ -307,7 +308,7 @@ def _per_node(nodes: dict[int, str], n: int, complete: set[int],
     for r in range(n):
         if r in nodes:
             ranks_of.setdefault(nodes[r], []).append(r)
-    lines = [f"{node}: {len(set(rs) & complete)} of {len(rs)} ranks measured (ranks {', '.join(map(str, rs))})"
+    lines = [f"{node}: {len(set(rs) & complete)} of {count(len(rs), 'rank')} measured (ranks {', '.join(map(str, rs))})"
              for node, rs in ranks_of.items()]
     empty = [(node, rs) for node, rs in ranks_of.items() if set(rs) <= missing]
     return lines, empty
@@ -323,7 +324,7 @@ def _uncovered(exps: Experiments, expected: tuple[int, Evidence] | None) -> list
     if not measured or covered >= n:
         return []
     ev = [source] + [Evidence(describe(e), e.path) for e in measured[:8]]
-    return [fail(f"the measurements hold {covered} process(es) for the job's {n} ranks",
+    return [fail(f"the measurements hold {count(covered, 'process')} for the job's {count(n, 'rank')}",
                  ev, "destroy-process-group")]
 
 
@@ -371,8 +372,8 @@ def log_signatures(facts: Facts) -> Outcome | list[Outcome]:
         ev = [Evidence(e) for e in errors[:5]]
         if files and len(errors) >= len(files):
             return unknown("no log file could be read", ev)
-        n = len(files) if files is not None else "the"
-        return passed(f"no known failure signatures in {n} log file(s)", ev)
+        where = count(len(files), "log file") if files is not None else "the log files"
+        return passed(f"no known failure signatures in {where}", ev)
     groups: dict[str, list[dict[str, Any]]] = {}
     for match in scan:
         groups.setdefault(match["signature"], []).append(match)

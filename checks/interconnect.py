@@ -8,6 +8,7 @@ from doctor.facts import Facts
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, timeout, unknown, warn
 from doctor.probes.p2p import render_integrity, render_matrix
 from doctor.registry import check
+from doctor.wording import count
 
 CORRUPTION_REMEDIES = ("p2p-nccl-disable", "p2p-visible-devices", "p2p-device-map-single-gpu",
                        "p2p-host-staged-copy", "p2p-exclude-node")
@@ -87,7 +88,7 @@ def peer_access_matrix(facts: Facts) -> Outcome | list[Outcome]:
     note = (f"; {len(unsupported)} without P2P support (copies go through host memory): "
             + ", ".join(_arrow((v["src"], v["dst"])) for v in unsupported[:6])
             + (" ..." if len(unsupported) > 6 else "")) if unsupported else ""
-    return passed(f"{len(gpus)} GPUs, {len(views)} directed pairs: "
+    return passed(f"{count(len(gpus), 'GPU')}, {len(views)} directed pairs: "
                   f"{len(views) - len(unsupported)} peer read/write OK ({nvlink} over NVLink){note}",
                   [_pair_evidence(v) for v in unsupported[:6]], data=data)
 

@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from doctor import safeopen
 from doctor.facts import Facts, ProbeFailure
+from doctor.limits import MAX_PYTHON_BYTES
 from doctor.model import Evidence, Status
 
 # Log signatures (doctor.artifacts.logscan) that prove a rank met a cold runtime.
@@ -152,8 +154,7 @@ def cuda_set_up_before(script: Any, line: int) -> int | None:
     if not marks:
         return None
     try:
-        with open(script.path, encoding="utf-8", errors="replace") as fh:
-            tree = ast.parse(fh.read())
+        tree = ast.parse(safeopen.read_text(script.path, MAX_PYTHON_BYTES))
     except (OSError, SyntaxError, ValueError):
         return None
     for body, index in _ancestors(tree, line):

@@ -14,6 +14,7 @@ from doctor.facts import Facts
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, timeout, unknown, warn
 from doctor.probes.cuda_errors import describe, short
 from doctor.registry import check
+from doctor.wording import count
 
 NODE = Layer.NODE
 
@@ -94,7 +95,7 @@ def driver_loaded(facts: Facts) -> Outcome | list[Outcome]:
     err = Evidence(str(nv.get("error")), label="NVML") if nv.get("error") else ()
     if nv.get("no_driver"):
         if n_expected:
-            return fail(f"no NVIDIA driver on {host}, but {n_expected} GPUs are expected ({source})",
+            return fail(f"no NVIDIA driver on {host}, but {count(n_expected, 'GPU')} are expected ({source})",
                         err, "node-driver", entities={"host": host})
         return skip("no NVIDIA driver on this host", err, entities={"host": host})
     if not nv.get("driver_loaded"):
@@ -104,7 +105,7 @@ def driver_loaded(facts: Facts) -> Outcome | list[Outcome]:
     evidence = [Evidence(f"{nv.get('driver_version')} (CUDA {version(nv.get('cuda_driver_version'))})",
                          label="driver")] + [gpu_line(g) for g in gpus]
     if n_expected and len(gpus) < n_expected:
-        return fail(f"NVML sees {len(gpus)} GPUs on {host}, but {n_expected} are expected ({source})",
+        return fail(f"NVML sees {count(len(gpus), 'GPU')} on {host}, but {n_expected} are expected ({source})",
                     evidence, "node-driver", entities={"host": host})
     if not gpus:
         return warn("the NVIDIA driver is loaded but NVML sees no GPU", evidence, "node-driver")
@@ -113,7 +114,7 @@ def driver_loaded(facts: Facts) -> Outcome | list[Outcome]:
                           for g in gpus if g.get("errors")]
     names = sorted({str(g.get("name")) for g in gpus})
     out.append(passed(f"driver {nv.get('driver_version')} (CUDA {version(nv.get('cuda_driver_version'))}), "
-                      f"{len(gpus)} GPUs: {', '.join(names)}", evidence))
+                      f"{count(len(gpus), 'GPU')}: {', '.join(names)}", evidence))
     return out
 
 
@@ -327,15 +328,15 @@ def framework_cuda(facts: Facts) -> Outcome:
     evidence = [Evidence(f"torch {fw.get('torch_version')}, CUDA {fw.get('torch_cuda')}, "
                          f"NCCL {fw.get('nccl_version')}", label=python),
                 Evidence(f"torch.cuda.device_count()={fw.get('device_count')}, "
-                         f"is_available()={fw.get('is_available')}, NVML: {n_nvml} GPUs", label="counts")]
+                         f"is_available()={fw.get('is_available')}, NVML: {count(n_nvml, 'GPU')}", label="counts")]
     if not fw.get("ok"):
         error = str(fw.get("error"))
         evidence.insert(0, Evidence(error, label="torch.zeros(1).cuda()"))
         if fw.get("torch_cuda") is None and fw.get("torch_version"):
             return fail(f"torch {fw['torch_version']} in {python} is a CPU-only build while NVML sees "
-                        f"{n_nvml} GPUs: {error}", evidence, "node-cuda-warmup")
+                        f"{count(n_nvml, 'GPU')}: {error}", evidence, "node-cuda-warmup")
         hint = "; see GPU003" if ("802" in error or "not ready" in error.lower()) else ""
-        return fail(f"torch.zeros(1).cuda() raised {error} while NVML sees {n_nvml} GPUs{hint}",
+        return fail(f"torch.zeros(1).cuda() raised {error} while NVML sees {count(n_nvml, 'GPU')}{hint}",
                     evidence, "node-cuda-warmup")
     want, why = visible_count(n_nvml, facts.case.env)
     if fw.get("device_count") != want:
@@ -401,4 +402,4 @@ def fabric_ready(facts: Facts) -> Outcome:
     if degraded:
         ids = ", ".join(str(g["index"]) for g in degraded)
         return warn(f"NVSwitch fabric bandwidth degraded on GPU {ids}", lines, "node-fabric-manager")
-    return passed(f"NVSwitch fabric completed on {len(gpus)} GPUs", lines)
+    return passed(f"NVSwitch fabric completed on {count(len(gpus), 'GPU')}", lines)

@@ -18,6 +18,7 @@ from doctor.jobfolder.scorep_values import SizeError, parse_size
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
 from doctor.registry import check
 from doctor.scorep_memory import PROPOSED, instrumenter_on, judge, propose_total_memory
+from doctor.wording import noun_for
 
 L = Layer.SCOREP
 TORCH_MODULES = ("torch", "transformers", "lightning", "pytorch_lightning", "accelerate", "deepspeed", "timm")
@@ -133,7 +134,7 @@ def measurement_memory(facts: Facts) -> list[Outcome]:
         if job is not None and job.instrumented:
             cmd = job.instrumented[0][0]
             data.update(_where_to_set(cmd, cmd.var("SCOREP_TOTAL_MEMORY")))
-        who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "a measured process"
+        who = f"{noun_for(len(ranks), 'rank')} {', '.join(map(str, ranks))}" if ranks else "a measured process"
         if now is not None and now[0] >= parse_size(proposed):
             out.append(passed(f"{who} ran out of measurement memory with SCOREP_TOTAL_MEMORY={total} bytes; the job "
                               f"sets {now[1]} now (at least {proposed})", _log_evidence(job, first)))

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from doctor import safeopen
 from doctor.facts import Facts
+from doctor.limits import MAX_PYTHON_BYTES
 from doctor.model import Evidence
 
 ACCELERATE_DESTROYS = (0, 34)
@@ -50,7 +52,7 @@ def accelerate_version(facts: Facts) -> tuple[str, Evidence] | None:
         for pattern in PIN_FILES:
             for path in sorted(Path(root).glob(pattern))[:5]:
                 try:
-                    text = path.read_text(encoding="utf-8", errors="replace")[:200_000]
+                    text = safeopen.read_text(path)[:200_000]
                 except OSError:
                     continue
                 m = PIN.search(text)
@@ -66,7 +68,7 @@ def accelerate_version(facts: Facts) -> tuple[str, Evidence] | None:
 
 def _calls(path: str, attr: str) -> list[int]:
     try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+        tree = ast.parse(safeopen.read_text(path, MAX_PYTHON_BYTES))
     except (OSError, SyntaxError, ValueError):
         return []
     return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call)

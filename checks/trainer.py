@@ -10,6 +10,7 @@ from doctor.jobfolder.queries import ev, script_problems
 from doctor.limits import bound_problem
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown
 from doctor.registry import check
+from doctor.wording import noun_for
 
 L = Layer.TRAINER
 DEFAULT_EVAL = "no"
@@ -200,7 +201,7 @@ def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
         return [unknown(f"{key} is asked for; GPU004's probe gave nothing", where, data=data)]
     if fw.get("ok"):
         return [passed(f"{key} asked for and torch {fw.get('torch_version')} can use CUDA "
-                       f"({fw.get('device_count')} device(s))", where)]
+                       f"({fw.get('device_count')} {noun_for(int(fw.get('device_count') or 0), 'device')})", where)]
     if fw.get("import_error"):
         return [unknown(f"{key} is asked for, but torch cannot be imported by {fw.get('python')} "
                         f"({fw['import_error']}): pass the job's interpreter with --python", where, data=data)]

@@ -21,6 +21,7 @@ from doctor.playbook import Playbook
 from doctor.runner import CheckFinished, Event, order_checks, run_checks
 from doctor.safeopen import check_replaceable
 from doctor.verdict import ExitCode, exit_code, reason_line, run_json
+from doctor.wording import count
 
 
 def _progress(quiet: bool):  # type: ignore[no-untyped-def]
@@ -55,7 +56,7 @@ def checks_heading(check_ids: list[str]) -> str:
     registry.load_checks(check_ids)
     ran = [c.id for c in order_checks(check_ids)]
     deps = [c for c in ran if c not in check_ids]
-    head = f"{len(ran)} check{'' if len(ran) == 1 else 's'}"
+    head = count(len(ran), "check")
     if not deps:
         return head
     one = len(check_ids) == 1

@@ -15,7 +15,7 @@ import importlib.util
 import inspect
 import pkgutil
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from doctor.facts import FACT_MODULES, Facts
@@ -82,14 +82,17 @@ class Check:
 
 @dataclass(frozen=True)
 class Remedy:
-    """A remedy family member. `plan` turns a case into a Plan; `phase` and `after` say when."""
+    """A remedy family member. `plan` turns a case into a Plan; `phase` and `after` say when.
+
+    Which checks a remedy answers is said once, by the check (`@check(..., remedies=...)`, narrowed
+    per finding by its outcomes): the findings carry it to the planner, `explain` and the tests.
+    """
 
     id: str
     safety: Safety
     title: str
     steps: tuple[str, ...] = ()
     plan: Callable[..., Any] | None = None
-    fixes: tuple[str, ...] = field(default=())
     phase: Phase = Phase.MANUAL
     after: tuple[str, ...] = ()  # remedies of the same phase to plan first when both are wanted
 
@@ -115,21 +118,19 @@ def check(id: str, layer: Layer | str, title: str, *, needs: Sequence[str] = (),
 
 
 def remedy(id: str, safety: Safety | str, title: str, *, phase: Phase | str, after: Sequence[str] = (),
-           steps: Sequence[str] = (), fixes: Sequence[str] = ()
-           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+           steps: Sequence[str] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a remedy with a plan function (decorator form), planned in `phase` (see `Phase`)."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        REMEDIES[id] = Remedy(id, Safety(safety), title, tuple(steps), fn, tuple(fixes), Phase(phase),
-                              tuple(after))
+        REMEDIES[id] = Remedy(id, Safety(safety), title, tuple(steps), fn, Phase(phase), tuple(after))
         return fn
 
     return register
 
 
-def manual_remedy(id: str, title: str, steps: Sequence[str], fixes: Sequence[str] = ()) -> None:
+def manual_remedy(id: str, title: str, steps: Sequence[str]) -> None:
     """Register a remedy that only prints exact steps."""
-    REMEDIES[id] = Remedy(id, Safety.MANUAL, title, tuple(steps), None, tuple(fixes))
+    REMEDIES[id] = Remedy(id, Safety.MANUAL, title, tuple(steps), None)
 
 
 def _import_all(names: Iterable[str]) -> None:

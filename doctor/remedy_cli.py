@@ -25,6 +25,7 @@ from doctor import registry
 from doctor.arguments import Parser, UsageError, add_case_args, case_from_args, job_folder, to_stderr
 from doctor.model import Evidence, Finding, Status
 from doctor.remedy.model import Plan, RemedyError, RemedyPlan, display_path
+from doctor.wording import count
 
 MARK = {"ready": "", "manual": "manual steps", "nothing": "nothing to do", "cannot": "cannot apply here",
         "unknown": "unknown remedy", "skipped": "needs --unsafe"}
@@ -75,8 +76,9 @@ def fix_main(argv: list[str]) -> int:
 def listing(plan: Plan, n_findings: int) -> str:
     rps = list(plan.remedies) + list(plan.skipped)
     if not rps:
-        return f"gpu-doctor fix: nothing to fix in {plan.root} ({n_findings} open findings, none with a remedy)"
-    lines = [f"gpu-doctor fix: {len(rps)} remedies for {n_findings} findings in {plan.root}"]
+        return (f"gpu-doctor fix: nothing to fix in {plan.root} ({count(n_findings, 'open finding')}, "
+                "none with a remedy)")
+    lines = [f"gpu-doctor fix: {count(len(rps), 'remedy')} for {count(n_findings, 'finding')} in {plan.root}"]
     for rp in rps:
         state = MARK.get(rp.status, rp.status)
         lines.append(f"  {rp.safety.value:<7} {rp.remedy_id:<24} {rp.title}  [{', '.join(rp.checks)}]"
@@ -94,7 +96,8 @@ def listing(plan: Plan, n_findings: int) -> str:
         lines.append(f"Preview: {hint} --diff   Apply: {hint} --apply"
                      + (" --unsafe" if any(rp.safety.value == "unsafe" for rp in ready) else ""))
     if unsafe:
-        lines.append(f"{len(unsafe)} unsafe remedies edit your code: add --unsafe to include them.")
+        lines.append(f"{count(len(unsafe), 'unsafe remedy edits', 'unsafe remedies edit')} your code: "
+                     "add --unsafe to include them.")
     return "\n".join(lines)
 
 
@@ -136,7 +139,7 @@ def apply_and_verify(plan: Plan, case: Any, argv: list[str], say: Any) -> int:
         word = {True: "verified", False: "NOT verified", None: "not verified"}[v.verified]
         print(f"{v.remedy_id}: {word}" + (f" ({v.note})" if v.note else ""))
         failed += v.verified is False
-    print(f"gpu-doctor fix: applied {len(plan.ready)} remedies ({result.tx}); "
+    print(f"gpu-doctor fix: applied {count(len(plan.ready), 'remedy')} ({result.tx}); "
           f"undo with: gpu-doctor undo {plan.root}")
     return 1 if failed else 0
 

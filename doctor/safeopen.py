@@ -28,12 +28,18 @@ from doctor.limits import MAX_FILE_BYTES
 
 
 class UnsafeFile(OSError):
-    """A path that gpu-doctor will not read or replace: not a regular file, a symlink, too big..."""
+    """A path that gpu-doctor will not read or replace: not a regular file, a symlink, too big...
 
-    def __init__(self, path: str | os.PathLike[str], why: str):
+    `kind` says which, for callers that sort problems: "not-a-file", "symlink", "too-large" or
+    "unsafe" (a write refused); `size` is the file's size where it was too large.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], why: str, kind: str = "unsafe", size: int = 0):
         super().__init__(why)
         self.path = str(path)
         self.why = why
+        self.kind = kind
+        self.size = size
         self.strerror = why
         self.filename = self.path
 
@@ -71,12 +77,12 @@ def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) 
         fd = os.open(path, flags)
     except OSError as exc:
         if not follow_symlinks and exc.errno == 40:  # ELOOP: the last component is a symlink
-            raise UnsafeFile(path, "a symlink; not followed") from None
+            raise UnsafeFile(path, "a symlink; not followed", "symlink") from None
         raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise UnsafeFile(path, f"not a regular file but {kind_of(mode)}; not read")
+            raise UnsafeFile(path, f"not a regular file but {kind_of(mode)}; not read", "not-a-file")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -105,18 +111,33 @@ def read_regular(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES, *,
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise UnsafeFile(path, f"{size / 2**20:.1f} MiB, above the {limit / 2**20:g} MiB limit; not read")
+            raise UnsafeFile(path, f"{size / 2**20:.1f} MiB, above the {limit / 2**20:g} MiB limit; not read",
+                             "too-large", size)
         data = read_at_most(fd, limit)
         if len(data) > limit:  # grew while reading
-            raise UnsafeFile(path, f"above the {limit / 2**20:g} MiB limit; not read")
+            raise UnsafeFile(path, f"above the {limit / 2**20:g} MiB limit; not read", "too-large", len(data))
         return data
     finally:
         os.close(fd)
 
 
-def read_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> str:
+def read_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES, *, follow_symlinks: bool = True) -> str:
     """`read_regular` decoded as UTF-8 (bad bytes replaced)."""
-    return read_regular(path, limit).decode("utf-8", errors="replace")
+    return read_regular(path, limit, follow_symlinks=follow_symlinks).decode("utf-8", errors="replace")
+
+
+def peek(path: str | os.PathLike[str], n: int = 256) -> bytes:
+    """The first `n` bytes of a regular file, not through a symlink (b'' for anything else); never blocks."""
+    try:
+        fd = open_regular(path, follow_symlinks=False)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, n)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:

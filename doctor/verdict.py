@@ -10,6 +10,7 @@ from typing import Any
 from doctor import __version__, registry
 from doctor.model import CheckResult, Layer, Status
 from doctor.runner import Run
+from doctor.wording import count
 
 SCHEMA_VERSION = "1.1"
 
@@ -76,7 +77,7 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
         step = next_for(first, diagnosis, run) or step
         if len(bad) > 2 or roots:
             causes = "; root causes: " + ", ".join(_root_words(r) for r in roots) if roots else ""
-            line = (f"gpu-doctor: FAIL on {host}: {len(bad)} check{'s' if len(bad) > 1 else ''} "
+            line = (f"gpu-doctor: FAIL on {host}: {count(len(bad), 'check')} "
                     f"({', '.join(ids)}){causes}; first: {first.check_id} {first.status.value}: {first.message}")
         else:
             line = f"gpu-doctor: FAIL on {host}: " + "; ".join(f"{r.check_id} {r.status.value}: {r.message}"

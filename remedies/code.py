@@ -29,7 +29,7 @@ SCOREP_GUARD = "_scorep_user"
 
 
 @remedy("lazy-scorep-import", Safety.UNSAFE,
-        "Import scorep.user on first use instead of at module level", phase=Phase.CODE, fixes=["SCR001"])
+        "Import scorep.user on first use instead of at module level", phase=Phase.CODE)
 def lazy_scorep_import(ctx: RemedyContext) -> None:
     for path in ctx.files((".py",)):
         module = pyedit.parse(ctx, path)
@@ -44,7 +44,7 @@ def lazy_scorep_import(ctx: RemedyContext) -> None:
 # -- destroy_process_group ---------------------------------------------------
 
 @remedy("destroy-process-group", Safety.UNSAFE,
-        "Call destroy_process_group() at the end of training", phase=Phase.CODE, fixes=["SCR002", "ART003"])
+        "Call destroy_process_group() at the end of training", phase=Phase.CODE)
 def destroy_process_group(ctx: RemedyContext) -> None:
     lines = {t.file: t.line for t in ctx.targets()}
     # ART003 names the ranks that died, not a script: then the scripts the ranks run.
@@ -138,7 +138,7 @@ def _main_block(mod: Any) -> Any:
 
 @remedy("stream-capture-producer", Safety.UNSAFE,
         "Capture the producer stream before entering torch.cuda.stream(...)",
-        phase=Phase.CODE, fixes=["SCR003"])
+        phase=Phase.CODE)
 def stream_capture_producer(ctx: RemedyContext) -> None:
     for path in ctx.files((".py",)):
         module = pyedit.parse(ctx, path)
@@ -216,7 +216,7 @@ _SHELL_ASSERT = re.compile(r"assert\s+torch\.cuda\.is_available\(\)\s*(;\s*)?")
 
 @remedy("cuda-real-op-check", Safety.UNSAFE,
         "Test CUDA with a real op in try/except, not assert torch.cuda.is_available()",
-        phase=Phase.CODE, fixes=["SCR004"])
+        phase=Phase.CODE)
 def cuda_real_op_check(ctx: RemedyContext) -> None:
     for path in ctx.files():
         if path.suffix == ".py":

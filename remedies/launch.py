@@ -66,7 +66,7 @@ def warmup_block(python: str, indent: str = "") -> list[str]:
 
 @remedy("cuda-warmup", Safety.SAFE,
         "Warm up the CUDA runtime outside Score-P before the instrumented launch",
-        phase=Phase.LAUNCH, after=["per-rank-launch"], fixes=["LNC002", "GPU003", "GPU004"])
+        phase=Phase.LAUNCH, after=["per-rank-launch"])
 def cuda_warmup(ctx: RemedyContext) -> None:
     """Before the statement that starts the instrumented run (the outer launcher's, when a
     wrapper script runs `python -m scorep` per worker), once per job script."""
@@ -109,7 +109,7 @@ def comment_top(doc: TextDoc, line: int) -> int:
 
 @remedy("per-rank-launch", Safety.UNSAFE,
         "Launch one python -m scorep per rank instead of wrapping torchrun",
-        phase=Phase.LAUNCH, fixes=["LNC001", "ART001"])
+        phase=Phase.LAUNCH)
 def per_rank_launch(ctx: RemedyContext) -> None:
     job = job_of(ctx)
     wrapped = [(c, lch) for c, lch in at_targets(ctx, job.instrumented)
@@ -284,7 +284,7 @@ def _replace_launch(edits: SpanEdits, cmd: Command, run: TorchrunWords, target: 
 
 @remedy("exclude-node", Safety.SAFE,
         "Keep the job off a node whose CUDA runtime never became ready (#SBATCH --exclude=)",
-        phase=Phase.LAUNCH, fixes=["LNC003", "GPU003"])
+        phase=Phase.LAUNCH)
 def exclude_node(ctx: RemedyContext) -> None:
     nodes = _bad_nodes(ctx)
     if not nodes:

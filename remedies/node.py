@@ -24,7 +24,6 @@ manual_remedy(
         "every later process (also the instrumented ranks) then finds the runtime initialised.",
         "`gpu-doctor fix` can insert it for you (launcher check LNC002).",
     ],
-    fixes=["GPU003", "GPU004"],
 )
 
 manual_remedy(
@@ -37,7 +36,6 @@ manual_remedy(
         "  scontrol update nodename=<host> state=drain reason=\"CUDA runtime not ready (gpu-doctor GPU003)\"",
         "and bring it back after a fix with: scontrol update nodename=<host> state=resume",
     ],
-    fixes=["GPU003", "LNC003"],
 )
 
 manual_remedy(
@@ -51,7 +49,6 @@ manual_remedy(
         "The fabric manager's version must equal the driver's (`nvidia-smi` shows the driver version).",
         "While the fabric is 'In Progress' CUDA answers 802 (system not ready); wait, then re-run gpu-doctor.",
     ],
-    fixes=["GPU005", "GPU003"],
 )
 
 manual_remedy(
@@ -67,7 +64,6 @@ manual_remedy(
         "A CUDA runtime newer than the driver supports fails with 35 (insufficient driver): use a "
         "torch/CUDA build not newer than the CUDA version `nvidia-smi` shows.",
     ],
-    fixes=["GPU001", "GPU002", "GPU003"],
 )
 
 manual_remedy(
@@ -81,5 +77,4 @@ manual_remedy(
         "(errors 803, 804).",
         "Then re-run: gpu-doctor --check-only --playbook node",
     ],
-    fixes=["GPU002", "GPU003"],
 )

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from doctor.registry import manual_remedy
 
-FIXES = ("P2P001", "P2P002")
-
 manual_remedy(
     "p2p-nccl-disable", "NCCL jobs: turn off NCCL's peer-to-peer transport",
     steps=(
@@ -26,7 +24,6 @@ manual_remedy(
         "NCCL_P2P_DISABLE does not affect tensor.to(other_gpu) copies (device_map): see "
         "p2p-host-staged-copy.",
     ),
-    fixes=FIXES,
 )
 
 manual_remedy(
@@ -37,7 +34,6 @@ manual_remedy(
         "(equivalently device_map={\"\": 0}). Pick a GPU that is not part of the bad pair.",
         "If the model does not fit on one GPU, use p2p-visible-devices or p2p-host-staged-copy.",
     ),
-    fixes=FIXES,
 )
 
 manual_remedy(
@@ -51,7 +47,6 @@ manual_remedy(
         "max_memory={0: \"75GiB\", 1: \"0GiB\", 2: \"75GiB\", 3: \"75GiB\"})",
         "Re-check: gpu-doctor --check-only --playbook p2p --level 2",
     ),
-    fixes=FIXES,
 )
 
 manual_remedy(
@@ -67,7 +62,6 @@ manual_remedy(
         "For accelerate's device_map hooks, which call tensor.to(device) themselves, prefer "
         "p2p-visible-devices or p2p-device-map-single-gpu.",
     ),
-    fixes=FIXES,
 )
 
 manual_remedy(
@@ -80,7 +74,6 @@ manual_remedy(
         "Then check cabling/NVLink (nvidia-smi nvlink -s, nvidia-smi nvlink -e for error counters), "
         "PCIe ACS settings, and the driver; re-run gpu-doctor --check-only --playbook p2p --level 2.",
     ),
-    fixes=FIXES,
 )
 
 manual_remedy(
@@ -91,7 +84,6 @@ manual_remedy(
         "It copies a patterned buffer between every GPU pair and compares it bit for bit with a "
         "host-staged copy (P2P002). Size per pair: --p2p-size 256M (or GPU_DOCTOR_P2P_SIZE).",
     ),
-    fixes=FIXES,
 )
 
 manual_remedy(
@@ -104,5 +96,4 @@ manual_remedy(
         "If an administrator disabled P2P because of a bad link, leave it so; otherwise ask them "
         "to remove the key and reload the driver.",
     ),
-    fixes=FIXES,
 )

@@ -104,7 +104,7 @@ def _fix_on_line(edits: SpanEdits, job: Job, var: EnvVar, new: str) -> bool:
 
 @remedy("scorep-total-memory", Safety.SAFE,
         f"Set SCOREP_TOTAL_MEMORY to {TOTAL_MEMORY}: Score-P clamps 4 GiB and above",
-        phase=Phase.FLAGS, fixes=["SCP003"])
+        phase=Phase.FLAGS)
 def total_memory(ctx: RemedyContext) -> None:
     """Replace each SCOREP_TOTAL_MEMORY value that is 4 GiB or more, or unparseable, with 3500M."""
     def proposed(var: EnvVar) -> str | None:
@@ -128,7 +128,7 @@ def _buffer_wanted(ctx: RemedyContext) -> int:
 
 
 @remedy("scorep-cuda-buffer", Safety.SAFE,
-        "Set SCOREP_CUDA_BUFFER above CUPTI's proposed minimum", phase=Phase.FLAGS, fixes=["SCP004"])
+        "Set SCOREP_CUDA_BUFFER above CUPTI's proposed minimum", phase=Phase.FLAGS)
 def cuda_buffer(ctx: RemedyContext) -> None:
     """Raise SCOREP_CUDA_BUFFER where the launch's setting is, else export it before the launch.
 
@@ -176,7 +176,7 @@ def _last_scorep_setting(cmd: Command) -> Span | None:
 
 @remedy("scorep-add-cuda", Safety.SAFE,
         "Add --cuda to python -m scorep so the CUDA adapter is loaded",
-        phase=Phase.FLAGS, fixes=["SCP002", "ART002"])
+        phase=Phase.FLAGS)
 def add_cuda(ctx: RemedyContext) -> None:
     """Insert `--cuda` right after `-m scorep` (or turn `--nocuda` into `--cuda`), where it is written."""
     job = job_of(ctx)
@@ -201,7 +201,7 @@ def add_cuda(ctx: RemedyContext) -> None:
 
 @remedy("scorep-drop-dashdash", Safety.SAFE,
         "Remove the `--` after python -m scorep (scorep-config rejects it)",
-        phase=Phase.FLAGS, fixes=["SCP005"])
+        phase=Phase.FLAGS)
 def drop_dashdash(ctx: RemedyContext) -> None:
     job = job_of(ctx)
     edits = SpanEdits(ctx)
@@ -219,7 +219,7 @@ def drop_dashdash(ctx: RemedyContext) -> None:
 
 @remedy("scorep-per-rank-dirs", Safety.SAFE,
         "Give every rank its own SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N",
-        phase=Phase.LAUNCH, after=["per-rank-launch"], fixes=["SCP006"])
+        phase=Phase.LAUNCH, after=["per-rank-launch"])
 def per_rank_dirs(ctx: RemedyContext) -> None:
     """Name each rank's folder from what differs per rank (its loop variable, RANK, SLURM_PROCID),
     in the setting that wins for the launch: the `env`/prefix assignment on the command, or the
@@ -295,7 +295,7 @@ def _per_rank_scope(cmd: Command, var: EnvVar) -> bool:
 
 
 @remedy("scorep-cuda-enable-fix", Safety.SAFE,
-        "Keep only the SCOREP_CUDA_ENABLE entries Score-P accepts", phase=Phase.FLAGS, fixes=["SCP007"])
+        "Keep only the SCOREP_CUDA_ENABLE entries Score-P accepts", phase=Phase.FLAGS)
 def cuda_enable_fix(ctx: RemedyContext) -> None:
     """Write `scorep_values.CudaEnable.proposed()`, the list SCP007 names, where the value is set."""
     def proposed(var: EnvVar) -> str | None:
@@ -317,7 +317,6 @@ manual_remedy(
         "Check them:  python -c 'import scorep'",
         "Then run gpu-doctor again on the job folder.",
     ),
-    fixes=("SCP001",),
 )
 
 manual_remedy(
@@ -332,5 +331,4 @@ manual_remedy(
         "Or measure with one tool at a time: drop --cuda from python -m scorep when you need the "
         "PyTorch profiler.",
     ),
-    fixes=("SCP008",),
 )

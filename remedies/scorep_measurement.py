@@ -88,7 +88,7 @@ def export_before_launch(ctx: RemedyContext, name: str, value: str) -> Path:
 
 @remedy("scorep-measurement-memory", Safety.SAFE,
         "Give Score-P enough measurement memory (SCOREP_TOTAL_MEMORY) for what the job instruments",
-        phase=Phase.FLAGS, fixes=["SCP009"])
+        phase=Phase.FLAGS)
 def measurement_memory(ctx: RemedyContext) -> None:
     """Set SCOREP_TOTAL_MEMORY to the largest proposal of the findings (256M by default): raise
     a setting that is smaller, else export it before the instrumented launch."""
@@ -98,8 +98,7 @@ def measurement_memory(ctx: RemedyContext) -> None:
 
 
 @remedy("scorep-callpath-depth", Safety.SAFE,
-        "Raise SCOREP_PROFILING_MAX_CALLPATH_DEPTH to the depth Score-P reached", phase=Phase.FLAGS,
-        fixes=["SCP010"])
+        "Raise SCOREP_PROFILING_MAX_CALLPATH_DEPTH to the depth Score-P reached", phase=Phase.FLAGS)
 def callpath_depth(ctx: RemedyContext) -> None:
     """Set SCOREP_PROFILING_MAX_CALLPATH_DEPTH to the depth of the log's warning."""
     depths = [int(p) for p in _proposals(ctx) if str(p).isdigit()]
@@ -125,7 +124,7 @@ def filter_text(exclude_modules: list[str], source: str | None) -> str:
 
 @remedy("scorep-filter-file", Safety.SAFE,
         "Write a Score-P filter file for the diagnostic run and set SCOREP_FILTERING_FILE",
-        phase=Phase.FLAGS, fixes=["SCP010"])
+        phase=Phase.FLAGS)
 def filter_file(ctx: RemedyContext) -> None:
     """Create scorep.filter next to the job script (from the profile's heaviest modules when a
     profile run was found) and export SCOREP_FILTERING_FILE before the instrumented launch."""

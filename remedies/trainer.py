@@ -30,7 +30,7 @@ _YAML_RE = re.compile(rf"^(\s*{FLAG}\s*:\s*)(true|True|TRUE|yes|Yes|on|On)\b", r
 
 
 @remedy("trainer-lbm-off", Safety.SAFE,
-        "Turn load_best_model_at_end off for the diagnostic run", phase=Phase.FLAGS, fixes=["TRN001"])
+        "Turn load_best_model_at_end off for the diagnostic run", phase=Phase.FLAGS)
 def lbm_off(ctx: RemedyContext) -> None:
     files = ctx.files() or shell_files(ctx)
     for path in files:

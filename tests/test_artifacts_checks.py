@@ -38,7 +38,7 @@ def test_dropped_records_give_the_buffer_size_to_set(tmp_path: Path) -> None:
     assert finding.remedies  # SCP004's remedy, or the fallback
     ev = finding.evidence[0]
     assert ev.file == str(tmp_path / "slurm-77.out") and ev.line == 2 and ev.label == "rank 7"
-    assert "rank(s) 7" in finding.message and "8889000" in finding.message
+    assert "on rank 7" in finding.message and "8889000" in finding.message
 
 
 def test_each_signature_group_is_one_finding_with_file_and_line(tmp_path: Path) -> None:

@@ -214,3 +214,50 @@ def test_timeline_and_report_never_block_on_a_fifo(planted_fifos: Path, tmp_path
                           capture_output=True, text=True, timeout=60, cwd=REPO, preexec_fn=_limit_memory)
     assert proc.returncode in (0, 1), proc.stderr
     assert (tmp_path / "r.tar.gz").stat().st_size > 0
+
+
+# A gate whose Python analysis may take `bound` seconds (limits.MAX_PYTHON_SECONDS, 10 s in use).
+BOUNDED_ANALYSIS = textwrap.dedent("""
+    import sys
+    from doctor import limits
+    limits.MAX_PYTHON_SECONDS = {bound}
+    from doctor.cli import main
+    sys.argv = ["gpu-doctor", *sys.argv[1:]]
+    sys.exit(main())
+""")
+
+
+def _token_table_script(entries: int = 40_000) -> str:
+    """A small training script with a token table inline: a few hundred KB, ~100 000 AST nodes."""
+    table = ", ".join(f'"t{i}": {i}' for i in range(entries))
+    return ("import scorep.user\nimport torch\nimport torch.distributed as dist\n\n"
+            f"VOCAB = {{{table}}}\n\n"
+            "def main():\n    dist.init_process_group('nccl')\n    print(len(VOCAB))\n\n"
+            "if __name__ == '__main__':\n    main()\n")
+
+
+def test_a_python_analysis_past_its_time_bound_is_unknown_naming_file_and_bound(tmp_path: Path) -> None:
+    """MAX_PYTHON_SECONDS was defined but read by nothing: a slow analysis ran to its end. With the
+    bound patched down to 1 ms, the table script (hundreds of ms to walk on any machine) is stopped."""
+    root = write(tmp_path / "job", {"job.sbatch": SBATCH + "srun python -m scorep --cuda train.py\n",
+                                    "train.py": _token_table_script()})
+    assert (root / "train.py").stat().st_size < limits_bytes()
+    rc, doc, err, _took = gate(root, "--only", "SCR001", "--only", "SCR002",
+                               code=BOUNDED_ANALYSIS.format(bound=0.001))
+    no_internal_failure(doc, err)
+    for check_id in ("SCR001", "SCR002"):
+        check = by_id(doc)[check_id]
+        assert check["status"] == "unknown", check
+        assert "cannot analyse train.py: analysis stopped after 0.001 s, the time limit for analysis" \
+            in check["message"], check["message"]
+    assert rc == 1  # the job was not checked: never a pass
+    # within a bound it can keep, the same script is analysed: it never calls destroy_process_group()
+    rc, doc, err, _took = gate(root, "--only", "SCR002", code=BOUNDED_ANALYSIS.format(bound=60))
+    check = by_id(doc)["SCR002"]
+    assert check["status"] == "fail" and "never calls destroy_process_group" in check["message"], check
+
+
+def limits_bytes() -> int:
+    from doctor.limits import MAX_PYTHON_BYTES
+
+    return MAX_PYTHON_BYTES

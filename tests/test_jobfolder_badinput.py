@@ -110,7 +110,39 @@ def test_symlink_loop(tmp_path: Path) -> None:
 def test_fifo_named_train_py_does_not_block(tmp_path: Path) -> None:
     root = write_job(tmp_path, {"job.sh": LAUNCH})
     os.mkfifo(root / "train.py")
-    assert problem_of(root) == "not a regular file"
+    assert problem_of(root) == "not a regular file but a FIFO (named pipe); not read"
+
+
+def _said_elsewhere(path: Path, limit: int = 4 * 2**20) -> str:
+    """What gpu-doctor's one opener (doctor.safeopen) says about `path`, e.g. for a --log file."""
+    from doctor import safeopen
+
+    with pytest.raises(safeopen.UnsafeFile) as refused:
+        safeopen.read_regular(path, limit)
+    return refused.value.why
+
+
+def test_job_scripts_are_read_through_the_one_opener(tmp_path: Path) -> None:
+    """A FIFO, a device and an oversize file as job scripts: the same one-line problem the other
+    readers give (reading.read_bytes used to open and fstat files itself: "not a regular file")."""
+    root = write_job(tmp_path, {"job.sh": LAUNCH})
+    os.mkfifo(root / "prolog.sbatch")
+    (root / "zero.sh").symlink_to("/dev/zero")
+    with open(root / "huge.slurm", "wb") as fh:
+        fh.write(b"#!/bin/bash\npython -m scorep --cuda train.py\n")
+        fh.truncate(5 * 2**20)
+    (root / "train.py").write_text("import torch\n")
+    notes = {Path(n.file).name: n for n in job_of(root).notes}
+    for name, kind in (("prolog.sbatch", "not-a-file"), ("zero.sh", "not-a-file"), ("huge.slurm", "too-large")):
+        assert notes[name].text == _said_elsewhere(root / name), notes[name]
+        assert notes[name].kind == kind
+    assert notes["prolog.sbatch"].text == "not a regular file but a FIFO (named pipe); not read"
+    assert notes["zero.sh"].text == "not a regular file but a character device; not read"
+    assert notes["huge.slurm"].text == "5.0 MiB, above the 4 MiB limit; not read"
+    out = run_check("LNC001", root)
+    assert any(o.status == Status.UNKNOWN and "prolog.sbatch" in o.message and "FIFO" in o.message for o in out), \
+        [o.message for o in out]
+    assert_other_checks_still_run(root)
 
 
 def test_non_utf8_files_are_read_with_a_note(tmp_path: Path) -> None:
@@ -194,3 +226,17 @@ def test_trainer_check_does_not_pass_when_the_script_holding_its_arguments_is_un
     out = run_check("TRN001", root)
     assert worst(out) == Status.UNKNOWN, [(o.status, o.message) for o in out]
     assert [(e.file, e.line) for e in out[0].evidence] == [("train.py", 2)]
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_as_requirements_txt_does_not_block_the_teardown_check(tmp_path: Path) -> None:
+    """SCR002 looks for an accelerate pin in requirements*.txt: it read it with Path.read_text,
+    which blocks forever on a FIFO; now through the one opener, the FIFO is skipped."""
+    root = write_job(tmp_path, {"job.sh": "#!/bin/bash\naccelerate launch --num_processes 2 train.py\n",
+                                "train.py": "from accelerate import Accelerator\n\naccelerator = Accelerator()\n"
+                                            "accelerator.end_training()\n"})
+    os.mkfifo(root / "requirements.txt")
+    (root / "pyproject.toml").write_text('[project]\nname = "ft"\ndependencies = [\n  "accelerate==0.26.1",\n]\n')
+    out = run_check("SCR002", root)
+    assert out and "accelerate 0.26.1" in " ".join(o.message for o in out) + " ".join(
+        e.text + (e.label or "") for o in out for e in o.evidence), [(o.status, o.message) for o in out]

@@ -200,3 +200,22 @@ def test_profiler_users_are_found() -> None:
 def test_syntax_error_is_a_problem_not_an_exception() -> None:
     s = scan("def broken(:\n    pass\n")
     assert s.problem is not None and "line 1" in s.problem
+
+
+def test_the_analysis_time_bound_holds_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No signal tricks: the bound is checked by the visitor, so it holds in a TUI worker thread too."""
+    import threading
+
+    from doctor import limits
+    from doctor.jobfolder import pyscan
+    from doctor.jobfolder.model import PyScript
+
+    text = "import torch\n" + "".join(f"x{i} = torch.zeros({i}).cuda()\n" for i in range(20_000))
+    monkeypatch.setattr(limits, "MAX_PYTHON_SECONDS", 0.001)
+    got: list[PyScript] = []
+    worker = threading.Thread(target=lambda: got.append(pyscan.analyse("train.py", text, "entry")))
+    worker.start()
+    worker.join()
+    assert got[0].problem == "analysis stopped after 0.001 s, the time limit for analysis; not analysed"
+    assert limits.bound_problem(got[0].problem)
+    assert pyscan.analyse("train.py", text, "entry", seconds=60).problem is None

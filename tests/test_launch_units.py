@@ -308,7 +308,7 @@ def test_live_view_renders_rank_states_and_gpus_as_na(tmp_path: Path) -> None:
     statuses = (RankStatus(0, RankState.RUNNING, 11, 12, 50, 0.5, 0.31, "step 12/50 [x]"),
                 RankStatus(1, RankState.FAILED, 12, returncode=-9, last_line="Killed"))
     console = Console(record=True, width=120, color_system=None)
-    console.print(live_renderable("2 rank(s)", statuses, (), "NVML unavailable (no driver)"))
+    console.print(live_renderable("2 ranks", statuses, (), "NVML unavailable (no driver)"))
     text = console.export_text()
     assert "running" in text and "12/50 ep 0.5 loss 0.31" in text and "step 12/50 [x]" in text
     assert "killed by SIGKILL" in text

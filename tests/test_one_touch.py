@@ -87,3 +87,18 @@ def test_a_playbook_naming_an_unknown_layer_is_one_clear_error(tmp_path: Path):
     path.write_text('name = "mine"\nlayers = ["scorep", "gpu"]\n')
     with pytest.raises(PlaybookError, match="unknown layers: gpu"):
         load_playbook(str(path))
+
+
+def test_the_check_is_the_one_place_that_links_it_to_its_remedies(catalogue):
+    """A remedy does not say which checks it fixes (that list drifted from the checks' own, read by
+    nothing): `@remedy` refuses it, and every registered remedy is named by some check, so `fix`
+    can offer it."""
+    with pytest.raises(TypeError):
+        catalogue.remedy("tst-fixes", Safety.SAFE, "names its checks (test)", phase=Phase.FLAGS,
+                         fixes=["SCP003"])(lambda ctx: None)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        catalogue.manual_remedy("tst-manual", "names its checks (test)", ["a step"],
+                                fixes=["SCP003"])  # type: ignore[call-arg]
+    named = {r for c in registry.CHECKS.values() for r in c.remedies}
+    assert set(registry.REMEDIES) - named == set()
+    assert named - set(registry.REMEDIES) == set()

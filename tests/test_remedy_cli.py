@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -116,6 +117,20 @@ def test_fix_only_applies_just_that_remedy(tmp_path: Path, capsys: pytest.Captur
     code, out, _ = fix(capsys, str(job), "--apply", "--only", "scorep-total-memory")
     assert code == 0 and "scorep-total-memory: verified" in out
     assert (job / "job.sbatch").read_text() == original.replace("=4G", "=3500M")
+    assert "gpu-doctor fix: applied 1 remedy (" in out  # was "applied 1 remedies"
+
+
+def test_fix_counts_in_words_one_remedy_one_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One remedy offered: the listing says "1 remedy for N findings" (was "1 remedies")."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "run.sh").write_text("#!/bin/bash\nexport SCOREP_TOTAL_MEMORY=4G\n"
+                                "python -m scorep --cuda --noinstrumenter train.py\n")
+    (job / "train.py").write_text("print('hello')\n")
+    code, out, _ = fix(capsys, str(job), "--only", "scorep-total-memory")
+    assert code == 0
+    head = out.splitlines()[0]
+    assert re.fullmatch(rf"gpu-doctor fix: 1 remedy for (1 finding|([02-9]|\d\d+) findings) in {job}", head), head
 
 
 def test_fix_refuses_a_read_only_script_and_changes_nothing(tmp_path: Path,

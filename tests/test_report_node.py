@@ -67,7 +67,7 @@ def test_report_on_a_healthy_four_gpu_node(tmp_path: Path, fake_node: Callable[.
     report_validator().validate(doc)
     v = versions(doc)
     assert (v["NVIDIA driver"], v["CUDA driver API"], v["CUDA runtime"]) == ("550.54.15", "12.4", "12.4")
-    assert v["CUDA driver init"] == "ok, 4 device(s)" and v["CUDA runtime state"] == "ready at attempt 1 of 1"
+    assert v["CUDA driver init"] == "ok, 4 devices" and v["CUDA runtime state"] == "ready at attempt 1 of 1"
     assert [g["name"] for g in doc["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 4
     assert all(re.fullmatch(r"GPU-[0-9a-f]{10}", g["uuid"]) for g in doc["gpus"])
     assert len({g["uuid"] for g in doc["gpus"]}) == 4

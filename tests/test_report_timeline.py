@@ -244,7 +244,7 @@ def test_spent_budget_skips_the_analysis_with_a_note(tmp_path: Path) -> None:
     root = write_job(tmp_path / "job")
     assert report(root, tmp_path / "r.md", "--timeout", "0.001") == 0
     md = (tmp_path / "r.md").read_text()
-    assert "Skipped: 0.0 s left of the run's time budget (--timeout) for 2 experiment folder(s)" in md
+    assert "Skipped: 0.0 s left of the run's time budget (--timeout) for 2 experiment folders" in md
     assert f"run `gpu-doctor timeline {root}` for the numbers" in md
 
 

@@ -125,7 +125,7 @@ def test_launch_two_ranks_measured_with_user_regions_then_timeline_and_report(sc
     assert report.returncode in (0, 1), report.stderr
     body = (tmp_path / "report.md").read_text()
     assert "Passed or skipped without remark: ART001, ART002, ART003, ART004." in body
-    assert "2 rank(s), from traces (timeline)" in body and "| rank 1 | 3 |" in body   # 3 steps per rank
+    assert "2 ranks, from traces (timeline)" in body and "| rank 1 | 3 |" in body   # 3 steps per rank
 
 
 def test_default_memory_aborts_every_rank_and_scp009_names_the_value(scorep: Path, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ def test_timeline_on_the_bundled_measurement_prints_a_breakdown() -> None:
                           capture_output=True, text=True, timeout=120, cwd=REPO, env=None)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "Run scorep-ddp-trace: 2 rank(s), from traces" in out
+    assert "Run scorep-ddp-trace: 2 ranks, from traces" in out
     for rank in ("0", "1"):  # one row per measured rank, with its wall time
         assert re.search(rf"^│ {rank}\s+│\s+\d+ │\s+\d+\.\d+ │", out, re.M), out
     assert "wall" in out and "exposed" in out

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from doctor.model import Evidence, Outcome, fail, warn
+from doctor.wording import count, noun_for
 
 EVIDENCE_LINES = 8
 
@@ -54,7 +55,7 @@ def _max(matches: list[dict[str, Any]], key: str) -> int | None:
 
 def _ranks(matches: list[dict[str, Any]]) -> str:
     ranks = sorted({m["values"]["rank"] for m in matches if isinstance(m["values"].get("rank"), int)})
-    return f" on rank(s) {', '.join(map(str, ranks[:8]))}" if ranks else ""
+    return f" on {noun_for(len(ranks), 'rank')} {', '.join(map(str, ranks[:8]))}" if ranks else ""
 
 
 def _dropped(matches: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -141,9 +142,9 @@ def signature_outcome(signature: str, matches: list[dict[str, Any]]) -> Outcome:
                    f"rank {m['values']['rank']}" if "rank" in m["values"] else None)
           for m in matches[:EVIDENCE_LINES]]
     if len(matches) > EVIDENCE_LINES:
-        ev.append(Evidence(f"... and {len(matches) - EVIDENCE_LINES} more line(s)"))
+        ev.append(Evidence(f"... and {count(len(matches) - EVIDENCE_LINES, 'more line')}"))
     data = {"signature": signature, "count": len(matches),
             "check": SIGNATURE_CHECKS.get(signature, ("",))[0], **data}
     make = warn if signature in WARN_ONLY else fail
-    return make(f"{message} [{len(matches)} line(s)]", ev, remedies_for(signature),
+    return make(f"{message} [{count(len(matches), 'line')}]", ev, remedies_for(signature),
                 entities={"signature": signature}, data=data)

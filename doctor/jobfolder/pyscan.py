@@ -4,13 +4,21 @@ Names are resolved through the file's imports, so `dist.destroy_process_group`,
 `from torch.distributed import destroy_process_group as dpg` and
 `torch.distributed.destroy_process_group` are the same call. Nothing is
 imported or run.
+
+The analysis is bounded: `limits.MAX_PYTHON_BYTES` before parsing (the reader's cap), and
+`limits.MAX_PYTHON_SECONDS` while it runs: the visitor looks at the clock every few hundred
+nodes and stops with a named problem ("... the time limit for analysis; not analysed") that
+the checks report as `unknown` for that file. No signal or thread is used, so it holds in
+any thread (the TUI's workers). `ast.parse` itself is not interruptible: the size cap bounds it.
 """
 
 from __future__ import annotations
 
 import ast
+import time
 from typing import Any
 
+from doctor import limits
 from doctor.jobfolder.model import (
     UNKNOWN,
     CallSite,
@@ -32,6 +40,32 @@ CUDA_INIT_CALLS = {"torch.cuda.init", "torch.cuda.synchronize", "torch.cuda.mem_
 PROFILERS = {"torch.profiler.profile", "torch.autograd.profiler.profile", "torch.profiler._KinetoProfile",
              "torch.profiler.tensorboard_trace_handler"}
 MAX_SITES = 50
+CLOCK_EVERY = 256  # nodes visited between two looks at the clock
+
+
+class OutOfTime(Exception):
+    """The analysis ran past its deadline."""
+
+
+class Deadline:
+    """A point in time the analysis must not pass; `tick()` counts work and looks at the clock now and then."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+        self.steps = 0
+
+    def tick(self) -> None:
+        self.steps += 1
+        if self.steps % CLOCK_EVERY == 0:
+            self.check()
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise OutOfTime
+
+    def problem(self) -> str:
+        return f"analysis stopped after {self.seconds:g} s, the time limit for analysis; not analysed"
 
 
 def _is_main_guard(test: ast.expr) -> bool:
@@ -45,7 +79,8 @@ def _cuda_text(node: ast.AST | None) -> bool:
 
 
 class _Scan(ast.NodeVisitor):
-    def __init__(self, path: str, lines: list[str], offset: int, entry: bool):
+    def __init__(self, path: str, lines: list[str], offset: int, entry: bool, deadline: Deadline):
+        self.deadline = deadline
         self.path = path
         self.lines = lines
         self.offset = offset
@@ -63,6 +98,10 @@ class _Scan(ast.NodeVisitor):
         self.r["main_guard"] = False
 
     # -- helpers ----------------------------------------------------------
+    def visit(self, node: ast.AST) -> Any:
+        self.deadline.tick()
+        return super().visit(node)
+
     def site(self, node: ast.AST) -> Site:
         line = getattr(node, "lineno", 1)
         text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
@@ -92,6 +131,7 @@ class _Scan(ast.NodeVisitor):
     # -- imports ----------------------------------------------------------
     def collect_aliases(self, tree: ast.AST) -> None:
         for node in ast.walk(tree):
+            self.deadline.tick()
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -305,6 +345,7 @@ class _Scan(ast.NodeVisitor):
         bound: set[str] = set()
         todo: list[ast.AST] = list(with_node.body)
         while todo:
+            self.deadline.tick()
             n = todo.pop(0)
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                 continue
@@ -325,8 +366,11 @@ class _Scan(ast.NodeVisitor):
 
 
 def analyse(path: str, text: str, role: str, *, line_offset: int = 0, origin: Site | None = None,
-            snippet_of: Site | None = None, notes: tuple[str, ...] = ()) -> PyScript:
-    """The PyScript for `text`; a syntax error becomes `problem`, never an exception."""
+            snippet_of: Site | None = None, notes: tuple[str, ...] = (),
+            seconds: float | None = None) -> PyScript:
+    """The PyScript for `text`; a syntax error or a run past `seconds` (default
+    `limits.MAX_PYTHON_SECONDS`) becomes `problem`, never an exception."""
+    deadline = Deadline(limits.MAX_PYTHON_SECONDS if seconds is None else seconds)
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
@@ -336,13 +380,17 @@ def analyse(path: str, text: str, role: str, *, line_offset: int = 0, origin: Si
     except (ValueError, RecursionError, MemoryError) as exc:
         return PyScript(path, role, origin, f"cannot parse: {type(exc).__name__}: {exc}", notes,
                         snippet_of=snippet_of)
-    scan = _Scan(path, text.splitlines(), line_offset, entry=role in ("entry", "snippet", "launcher"))
-    scan.collect_aliases(tree)
+    scan = _Scan(path, text.splitlines(), line_offset, entry=role in ("entry", "snippet", "launcher"),
+                 deadline=deadline)
     try:
+        deadline.check()  # the parse alone may have taken the time
+        scan.collect_aliases(tree)
         for stmt in tree.body:
             scan.visit(stmt)
     except RecursionError:
         return PyScript(path, role, origin, "cannot analyse: nested too deeply", notes, snippet_of=snippet_of)
+    except OutOfTime:
+        return PyScript(path, role, origin, deadline.problem(), notes, snippet_of=snippet_of)
     r = scan.r
     return PyScript(
         path, role, origin, None, notes, tuple(r["imports"]), (), tuple(r["scorep_imports"]),

@@ -11,7 +11,8 @@ import os
 import stat
 from dataclasses import dataclass
 
-from doctor.safeopen import read_at_most
+from doctor.safeopen import UnsafeFile, read_regular
+from doctor.safeopen import peek as peek
 
 MAX_BYTES = 4 * 1024 * 1024  # bigger files are not analysed (say so)
 BINARY_PROBE = 8192
@@ -76,33 +77,20 @@ def _os_problem(exc: OSError) -> str:
 
 def read_bytes(path: str, root: str | None, no_symlinks: bool = False,
                limit: int = MAX_BYTES) -> tuple[bytes | None, str | None, str | None, int]:
-    """(data, problem, kind, size): at most `limit` bytes of a regular file."""
+    """(data, problem, kind, size): at most `limit` bytes of a regular file, read with
+    `safeopen.read_regular` (no FIFO, device or socket; the size cap before reading), so a job
+    script or a training script is refused in the same words as any other input."""
     real, why = resolve(path, root, no_symlinks)
     if real is None:
         kind = "outside" if why and "outside" in why else ("missing" if why == "does not exist" else "unreadable")
         return None, why, kind, 0
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    if no_symlinks:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(real, flags)
+        data = read_regular(real, limit, follow_symlinks=not no_symlinks)
+    except UnsafeFile as exc:
+        return None, exc.why, exc.kind if exc.kind != "symlink" else "unreadable", exc.size
     except OSError as exc:
         return None, _os_problem(exc), "unreadable", 0
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None, "not a regular file", "not-a-file", 0
-        if st.st_size > limit:
-            return None, (f"{st.st_size / 2**20:.1f} MiB, above the {limit // 2**20} MiB limit for "
-                          "analysis; not analysed"), "too-large", st.st_size
-        data = read_at_most(fd, limit)
-        if len(data) > limit:  # grew while reading
-            return None, f"above the {limit // 2**20} MiB limit for analysis; not analysed", "too-large", len(data)
-        return data, None, None, len(data)
-    except OSError as exc:
-        return None, _os_problem(exc), "unreadable", 0
-    finally:
-        os.close(fd)
+    return data, None, None, len(data)
 
 
 def decode(data: bytes, python: bool) -> tuple[str, tuple[str, ...]]:
@@ -151,19 +139,3 @@ def source_of(path: str, data: bytes, python: bool, limit: int = MAX_BYTES) -> S
         return Source(path, None, "binary file (NUL bytes), not a script", "binary", size=size)
     text, notes = decode(data, python)
     return Source(path, text, None, None, notes, size)
-
-
-def peek(path: str, n: int = 256) -> bytes:
-    """The first `n` bytes of a regular file (b'' for anything else); never blocks on a FIFO."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return b""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
-        return os.read(fd, n)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)

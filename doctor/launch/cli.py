@@ -32,6 +32,7 @@ from doctor.launch.events import RunSummary
 from doctor.launch.scorep import ScorepFound, cuda_support, find_scorep
 from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, LaunchSpec, memory_warning, total_memory_to_set
 from doctor.launch.view import LiveView, PlainView, summary_lines
+from doctor.wording import count
 
 LAUNCHER_SCRIPTS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
@@ -180,7 +181,7 @@ def nodes(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, tuple[str
         raise UsageError(f"--nnodes {wanted}: more than one node needs a Slurm allocation "
                          f"(salloc/sbatch -N {wanted}); gpu-doctor does not start ranks on other hosts itself")
     if wanted > alloc_nodes:
-        raise UsageError(f"--nnodes {wanted}, but this Slurm allocation has {alloc_nodes} node(s)")
+        raise UsageError(f"--nnodes {wanted}, but this Slurm allocation has {count(alloc_nodes, 'node')}")
     if not shutil.which("srun", path=env.get("PATH")):
         raise UsageError("a multi-node launch runs through `srun`, which is not on PATH")
     alloc = slurm.current_allocation(env)

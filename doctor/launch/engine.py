@@ -50,6 +50,7 @@ from doctor.launch.output import LineSplitter
 from doctor.launch.progress import Progress, merge_progress, parse_progress
 from doctor.launch.spec import LaunchSpec, RankPlan, default_run_dir, free_port, plan_ranks
 from doctor.launch.warmup import WarmupResult, run_warmup
+from doctor.wording import count
 
 CHUNK = 1 << 20
 MAX_BACKLOG = 2000          # queued events before the view starts losing output lines
@@ -218,7 +219,7 @@ class Launcher:
                 return
             lost = self._dropped.pop(ev.rank, 0)
             if lost:
-                ev = RankOutput(ev.rank, (f"[gpu-doctor: {lost} lines not shown here; see the log]",)
+                ev = RankOutput(ev.rank, (f"[gpu-doctor: {count(lost, 'line')} not shown here; see the log]",)
                                 + ev.lines)
         self._events.put(ev)
 
@@ -266,7 +267,7 @@ class Launcher:
         """Kill what the ranks left running outside their groups (`setsid` grandchildren)."""
         left = reaper.stop_survivors(self.marker)
         if left:
-            self._post(Note("warn", f"stopped {len(left)} process(es) the ranks left running "
+            self._post(Note("warn", f"stopped {count(len(left), 'process', 'processes')} the ranks left running "
                                     f"(pids {', '.join(map(str, left[:10]))}): nothing outlives the launch"))
 
     def _prepare(self) -> None:
@@ -414,13 +415,13 @@ class Launcher:
         passed = {r for r, s in self._status.items() if s.state == RankState.DONE}
         missing = sorted(set(self._status) - joined - passed)
         if not missing:
-            self._post(Note("info", f"all {len(self._status)} ranks joined the rendezvous at {self.master}"))
+            self._post(Note("info", f"all {count(len(self._status), 'rank')} joined the rendezvous at {self.master}"))
             return joined, first_join, False
         timeout = self.spec.rendezvous_timeout_s or 0.0
         if first_join is not None and now - first_join > timeout:
             detail = "; ".join(f"rank {r}{self._on(r)} ({self._status[r].state.value}, last line: "
                                f"{self._status[r].last_line[-120:] or '(none)'!r})" for r in missing)
-            reason = (f"rendezvous timed out: {len(joined)} of {len(self._status)} ranks joined "
+            reason = (f"rendezvous timed out: {len(joined)} of {count(len(self._status), 'rank')} joined "
                       f"{self.master} within {timeout:g} s of the first; not joined: {detail}. "
                       "A rank that never calls init_process_group, a wrong MASTER_ADDR/MASTER_PORT "
                       "or a blocked port keeps the others waiting")
@@ -654,9 +655,9 @@ class Launcher:
                 else:
                     reason += f"; stopped {which} ({stopped[0]})"
         elif stopped:
-            code, reason = stopped[1], f"{stopped[0]}; stopped {len(killed)} of {n} ranks"
+            code, reason = stopped[1], f"{stopped[0]}; stopped {len(killed)} of {count(n, 'rank')}"
         elif results and all(r.state == RankState.DONE for r in results):
-            code, reason = 0, f"all {n} ranks finished with exit code 0"
+            code, reason = 0, f"all {count(n, 'rank')} finished with exit code 0"
         else:
             code, reason = 1, "the ranks did not all finish"
         if self._failed_nodes:

@@ -15,6 +15,7 @@ from doctor.case import Case
 from doctor.launch.events import RunSummary
 from doctor.launch.spec import LaunchSpec, experiment_dir
 from doctor.model import CheckResult, Status
+from doctor.wording import count
 
 ART_CHECKS = ("ART001", "ART002", "ART003", "ART004")
 MEASUREMENT_FILES = ("profile.cubex", "traces.otf2")
@@ -43,7 +44,7 @@ class Verification:
         return sum(f.measured for f in self.folders)
 
     def verdict_line(self) -> str:
-        return f"{self.measured}/{len(self.folders)} ranks measured, CUDA recorded: {self.cuda}"
+        return f"{self.measured}/{count(len(self.folders), 'rank')} measured, CUDA recorded: {self.cuda}"
 
     def problems(self) -> list[str]:
         out = [f"rank {f.rank}: {f.path}: {f.state}" for f in self.folders if not f.measured]

@@ -23,6 +23,7 @@ from doctor.launch.events import (
     WarmupAttempt,
 )
 from doctor.launch.gpus import GpuSample
+from doctor.wording import count
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -58,7 +59,7 @@ class PlainView:
                 self.out.write("".join(f"[rank {ev.rank}] {line}\n" for line in ev.lines))
                 self.out.flush()
         elif isinstance(ev, RunStarted):
-            self.say(f"launching {ev.world_size} rank(s), rendezvous {ev.master}, logs in {ev.run_dir}")
+            self.say(f"launching {count(ev.world_size, 'rank')}, rendezvous {ev.master}, logs in {ev.run_dir}")
         elif isinstance(ev, Note):
             self.say(ev.text if ev.level == "info" else f"{ev.level}: {ev.text}")
         elif isinstance(ev, WarmupAttempt) and not ev.ok:
@@ -140,7 +141,7 @@ class LiveView:
             self.console.print(f"[{style}]{ev.text}[/]" if style else ev.text, markup=bool(style),
                                highlight=False)
         elif isinstance(ev, RunStarted):
-            self.header = f"{ev.world_size} rank(s) · rendezvous {ev.master} · logs {ev.run_dir}"
+            self.header = f"{count(ev.world_size, 'rank')} · rendezvous {ev.master} · logs {ev.run_dir}"
         elif isinstance(ev, WarmupAttempt) and not ev.ok:
             self.console.print(f"warm-up attempt {ev.attempt}: {ev.kind}: {ev.detail}", markup=False,
                                highlight=False)

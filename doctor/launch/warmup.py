@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from doctor.isolate import die_with_parent
+from doctor.wording import count
 
 WARMUP_CODE = r"""
 import json, sys
@@ -80,7 +81,7 @@ class WarmupResult:
         if self.kind == "stopped":
             return "warm-up stopped"
         how = "hung" if self.kind == "hung" else "never became ready"
-        return (f"CUDA runtime {how} within {self.duration_s:.0f} s ({self.attempts} attempts; "
+        return (f"CUDA runtime {how} within {self.duration_s:.0f} s ({count(self.attempts, 'attempt')}; "
                 f"last: {self.detail}). The node's runtime looks broken (field guide error 4): "
                 "exclude the node (#SBATCH --exclude=<node>) or launch with --no-warmup")
 

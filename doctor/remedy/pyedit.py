@@ -20,9 +20,14 @@ if TYPE_CHECKING:
 def parse(ctx: RemedyContext, path: Path) -> cst.Module:
     import libcst as cst
 
+    from doctor.limits import MAX_PYTHON_BYTES
+
     data = ctx.draft.read(path)
     if data is None:
         raise CannotPlan(f"{path} does not exist")
+    if len(data) > MAX_PYTHON_BYTES:  # the checks did not analyse it either; libcst is slower still
+        raise CannotPlan(f"{path}: {len(data) / 2**20:.1f} MiB, above the {MAX_PYTHON_BYTES // 2**20} MiB "
+                         "limit for analysis; edit it by hand")
     try:
         return cst.parse_module(data)
     except cst.ParserSyntaxError as exc:

@@ -21,6 +21,7 @@ from typing import Any
 
 from doctor import safeopen
 from doctor.report import sources
+from doctor.wording import count
 
 TOP = "gpu-doctor-report"
 MAX_CFGS = 32
@@ -70,7 +71,7 @@ def gather(doc: Mapping[str, Any], root: Path | None) -> list[BundleFile]:
         tail = tail or list(r.get("last_lines") or [])
         if tail:
             files.append(BundleFile("runs", f"rank{r['rank']}", ".tail.txt",
-                                    f"# last {len(tail)} lines of {r['log']}\n" + "\n".join(tail) + "\n"))
+                                    f"# last {count(len(tail), 'line')} of {r['log']}\n" + "\n".join(tail) + "\n"))
     for path in _scorep_cfgs(doc, root):
         try:
             with safeopen.open_text(path) as fh:
@@ -113,7 +114,7 @@ def fit(files: list[BundleFile], report_size: int, cap_bytes: int) -> tuple[list
             kept.append(f)
             room -= f.size
         else:
-            dropped.append(f"{f.name} ({f.size} bytes)")
+            dropped.append(f"{f.name} ({count(f.size, 'byte')})")
     return kept, dropped
 
 

@@ -24,6 +24,7 @@ from doctor.report.write import (
     write_report,
 )
 from doctor.verdict import ExitCode
+from doctor.wording import count
 
 
 def build_parser() -> Parser:
@@ -59,7 +60,7 @@ def preview_text(summary: dict[str, Any], fmt: str, target: str | None, extra: l
     for rule in summary["rules"]:
         lines.append(f"  {rule:<18} {summary['counts'].get(rule, 0):>5}  {RULES[rule]}")
     if extra:
-        lines += ["Bundle files besides the report:"] + [f"  {f.name} ({f.size} bytes)" for f in extra]
+        lines += ["Bundle files besides the report:"] + [f"  {f.name} ({count(f.size, 'byte')})" for f in extra]
     return "\n".join(lines)
 
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from doctor.wording import count
+
 KEEP_STEPS = 20          # steps per rank listed one by one in the report (totals cover all)
 MIN_BUDGET_S = 1.0       # below this, starting Python and the OTF2 reader is not worth it
 SCHEMA = "gpu-doctor.timeline/1"
@@ -76,7 +78,7 @@ def _fill(out: dict[str, Any], root: Path, budget_s: float) -> None:
     if budget_s < MIN_BUDGET_S:
         out.update(status="skipped", note=(
             f"Skipped: {budget_s:.1f} s left of the run's time budget (--timeout) for "
-            f"{len(experiments)} experiment folder(s); run `gpu-doctor timeline {root}` for the numbers."))
+            f"{count(len(experiments), 'experiment folder')}; run `gpu-doctor timeline {root}` for the numbers."))
         return
     from doctor.isolate import run_isolated
 
@@ -85,7 +87,7 @@ def _fill(out: dict[str, Any], root: Path, budget_s: float) -> None:
     if res.timed_out:
         out.update(status="timeout", note=(
             f"Stopped after {budget_s:.1f} s, the run's remaining time budget, while reading "
-            f"{len(experiments)} experiment folder(s); run `gpu-doctor timeline {root}` for the numbers, "
+            f"{count(len(experiments), 'experiment folder')}; run `gpu-doctor timeline {root}` for the numbers, "
             "or raise --timeout."))
         return
     if res.returncode != 0:
@@ -198,7 +200,7 @@ def contrast_lines(rank: Mapping[str, Any]) -> list[str]:
     """The summed view against the timeline view (field guide, lesson 8), in numbers."""
     steps = rank.get("steps")
     b = steps["total"] if steps else rank["whole_run"]
-    where = f"in {steps['count']} steps" if steps else "over the run"
+    where = f"in {count(steps['count'], 'step')}" if steps else "over the run"
     name = rank_name(rank)
     summed = b.get("summed") or {}
     wall = b.get("wall_s") or 0.0
@@ -241,7 +243,7 @@ def _run_blocks(run: Mapping[str, Any]) -> list[Block]:
     label = run.get("label")
     ranks, profiles = run.get("rank_timelines") or [], run.get("profiles") or []
     source = {"trace": "traces (timeline)", "profile": f"profiles ({PROFILE_KIND})"}
-    out: list[Block] = [Para(f"Run {label}: {run.get('ranks')} rank(s), from "
+    out: list[Block] = [Para(f"Run {label}: {count(int(run.get('ranks') or 0), 'rank')}, from "
                              f"{source.get(run.get('source', ''), 'nothing readable')}.")]
     if ranks:
         out.append(Table(f"Run {label}: per rank, whole run (timeline)", ("Rank", "Streams", *BREAKDOWN_HEADERS),
@@ -273,10 +275,10 @@ def _step_row(rank: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _profile_row(p: Mapping[str, Any]) -> tuple[str, ...]:
-    count = p.get("step_count") or 0
+    steps = p.get("step_count") or 0
     return (str(p.get("label") or p.get("experiment")), seconds(p.get("wall_s")), seconds(p.get("compute_sum_s")),
             seconds(p.get("comm_sum_s")), seconds(p.get("other_sum_s")), str(p.get("compute_visits")),
-            str(p.get("comm_visits")), str(count), seconds(p["step_time_s"] / count) if count else "-")
+            str(p.get("comm_visits")), str(steps), seconds(p["step_time_s"] / steps) if steps else "-")
 
 
 def _scaling(rows: Sequence[Mapping[str, Any]]) -> Table:

@@ -11,6 +11,7 @@ from typing import Any
 
 from doctor.facts import ProbeFailure
 from doctor.runner import Run
+from doctor.wording import count
 
 
 def pick(obj: Any, *keys: str) -> Any:
@@ -85,7 +86,7 @@ def runtime_state(rt: Any) -> str | None:
     if state == "ready":
         return f"ready at attempt {pick(rt, 'ready_attempt')} of {attempts}"
     last = _failure_text(pick(rt, "last") or {})
-    return f"{str(state).replace('_', ' ')} after {attempts} attempt(s)" + (f" ({last})" if last else "")
+    return f"{str(state).replace('_', ' ')} after {count(attempts, 'attempt')}" + (f" ({last})" if last else "")
 
 
 def driver_init(drv: Any) -> str | None:
@@ -94,8 +95,8 @@ def driver_init(drv: Any) -> str | None:
         return f"libcuda not loaded: {pick(drv, 'load_error') or 'no reason given'}"
     code = pick(drv, "code")
     if code == 0:
-        count = pick(drv, "count")
-        return "ok" + (f", {count} device(s)" if count is not None else "")
+        devices = pick(drv, "count")
+        return "ok" + (f", {count(int(devices), 'device')}" if devices is not None else "")
     return _failure_text(drv)
 
 

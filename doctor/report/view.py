@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from doctor.wording import count
+
 NOTABLE = ("fail", "timeout", "unknown", "warn")
 TAIL_LINES = 15
 
@@ -45,7 +47,7 @@ def redaction_line(doc: Mapping[str, Any]) -> str:
     counts = red["counts"]
     total = sum(counts.values())
     hosts = "host names hashed" if red["hash_hosts"] else "host names kept"
-    return f"on; {total} item(s) redacted or left out; {hosts} (see Redaction)"
+    return f"on; {count(total, 'item')} redacted or left out; {hosts} (see Redaction)"
 
 
 def redaction_rows(doc: Mapping[str, Any]) -> list[tuple[str, int, str]]:

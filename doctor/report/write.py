@@ -20,6 +20,7 @@ from doctor.case import Case
 from doctor.report import bundle, collect, render_html, render_md
 from doctor.report.redact import MASK, Redactor
 from doctor.safeopen import UnsafeFile, check_replaceable
+from doctor.wording import count
 
 FORMATS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html",
            ".tar.gz": "bundle", ".tgz": "bundle"}
@@ -55,8 +56,8 @@ class Written:
     redacted_items: int
 
     def summary(self) -> str:
-        return (f"gpu-doctor: wrote {self.path} ({self.fmt}, {self.size} bytes); redaction: "
-                f"{'on' if self.redaction_on else 'OFF'}, {self.redacted_items} item(s)")
+        return (f"gpu-doctor: wrote {self.path} ({self.fmt}, {count(self.size, 'byte')}); redaction: "
+                f"{'on' if self.redaction_on else 'OFF'}, {count(self.redacted_items, 'item')}")
 
 
 def output_format(name: str) -> str:
@@ -123,7 +124,7 @@ def make_report(case: Case, settings: ReportSettings, fmt: str, preset_facts: di
         check_ids += [c for c in playbook.active_checks if c not in check_ids]
     case = dataclasses.replace(case, level=level)
     if not settings.quiet:
-        print(f"gpu-doctor report: {len(check_ids)} checks ({playbook.name}) on {case.host}", file=sys.stderr)
+        print(f"gpu-doctor report: {count(len(check_ids), 'check')} ({playbook.name}) on {case.host}", file=sys.stderr)
     run = run_checks(case, check_ids, budget_s=settings.budget_s, playbook=playbook.name, mode="report",
                      preset_facts=preset_facts)
     raw = collect.build_document(run, list(settings.argv), settings.fail_on)

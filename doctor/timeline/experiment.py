@@ -15,6 +15,7 @@ from pathlib import Path
 
 from doctor.timeline import creader
 from doctor.timeline.model import ExperimentNotes, ProfileSums, RankRange, RankTimeline, RunTimeline
+from doctor.wording import count
 
 _RANK_IN_FOLDER = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _PROFILE_ONLY = re.compile(r"^\d+ experiment\(s\) have only a profile")
@@ -101,9 +102,9 @@ def read_experiment(experiment: Path, options: ReadOptions, on_events: Callable[
     notes: list[str] = []
     rank_range = options.rank_range
 
-    def keep(number: int | None, index: int, count: int) -> bool:
+    def keep(number: int | None, index: int, total: int) -> bool:
         return ((rank_range is None or number in rank_range)
-                and (part is None or index * part[1] // count == part[0]))
+                and (part is None or index * part[1] // total == part[0]))
 
     failed = False
     if (experiment / "traces.otf2").is_file():
@@ -137,7 +138,8 @@ def build_run(label: str, path: Path, reads: Iterable[ExperimentRead]) -> RunTim
     if ranks and profiles:
         # A run is read one way: the timeline where traces exist; profiles of the other ranks
         # would mix sums into a timeline table.
-        notes.append(f"{len(profiles)} experiment(s) have only a profile; their sums are listed apart")
+        notes.append(f"{count(len(profiles), 'experiment has', 'experiments have')} only a profile; "
+                     "their sums are listed apart")
     return RunTimeline(label, path, tuple(ranks), tuple(profiles), tuple(notes),
                        tuple(ExperimentNotes(read.path, read.notes) for read in reads))
 

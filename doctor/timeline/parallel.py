@@ -28,6 +28,7 @@ from typing import Any
 
 from doctor.timeline.experiment import ExperimentRead, ReadOptions, Task, read_experiment
 from doctor.timeline.progress import Progress
+from doctor.wording import count
 
 WORKER_MEMORY = 4 << 30      # address space per worker process (bytes)
 
@@ -69,7 +70,7 @@ def read_with_notes(task: Task, options: ReadOptions,
         read = read_experiment(task.experiment, options, on_events, task.part)
     if not said:
         return read
-    note = f"{task.experiment}: the OTF2 library reported {len(said)} error line(s), e.g. {said[-1]}"
+    note = f"{task.experiment}: the OTF2 library reported {count(len(said), 'error line')}, e.g. {said[-1]}"
     return ExperimentRead(read.path, read.ranks, read.profile, (*read.notes, note), read.events, read.failed)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from doctor.timeline.model import PROFILE_KIND, Breakdown, RankTimeline, RunTimeline, TimelineReport
+from doctor.wording import count
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,7 +49,7 @@ def render(report: TimelineReport, console: Console, every_step: bool = False) -
         console.print(f"Ranks {report.rank_range} only (--rank-range); `gpu-doctor timeline --merge` combines "
                       "the parts' --json documents.", highlight=False)
     for run in report.runs:
-        console.print(f"[bold]Run {run.label}[/bold]: {run.rank_count} rank(s), from {run.source}s  ({run.path})")
+        console.print(f"[bold]Run {run.label}[/bold]: {count(run.rank_count, 'rank')}, from {run.source}s  ({run.path})")
         if run.ranks:
             console.print(_whole_run_table(run))
             if any(rank.steps for rank in run.ranks):

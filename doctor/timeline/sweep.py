@@ -23,6 +23,7 @@ from typing import Any
 
 from doctor.timeline.classify import Kind
 from doctor.timeline.model import STEP_ROW, Breakdown, StepSummary
+from doctor.wording import count
 
 # Order of the running totals in a snapshot (Breakdown's fields after `resolution` and `wall`).
 _COMPUTE, _COMM = int(Kind.COMPUTE), int(Kind.COMM)
@@ -158,14 +159,14 @@ class RankSweep:
         if self.step_open is not None:
             notes.append("the last step has no end (the trace stops inside it); it is left out")
         if running:
-            notes.append(f"{running} kernel(s) never left; counted up to the end of the trace")
+            notes.append(f"{count(running, 'kernel')} never left; counted up to the end of the trace")
         if self.unmatched_leaves:
-            notes.append(f"{self.unmatched_leaves} Leave record(s) without a matching Enter were ignored")
+            notes.append(f"{count(self.unmatched_leaves, 'Leave record')} without a matching Enter ignored")
         if self.out_of_order:
-            notes.append(f"{self.out_of_order} event(s) earlier than the one before them (clock "
+            notes.append(f"{count(self.out_of_order, 'event')} earlier than the one before them (clock "
                          "trouble); their time was not counted twice")
         if self.step_count > len(self.kept) // STEP_ROW:
-            notes.append(f"{self.step_count} steps; the first {len(self.kept) // STEP_ROW} are listed one by one")
+            notes.append(f"{count(self.step_count, 'step')}; the first {len(self.kept) // STEP_ROW} are listed one by one")
         return notes
 
     def whole_run(self) -> Breakdown:

@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from doctor import registry
+from doctor import registry, safeopen
 from doctor.case import Case
 from doctor.catalogue_cli import doc_markdown
 from doctor.diagnosis import Diagnosis
@@ -42,9 +42,7 @@ def evidence_renderable(ev: Evidence, root: Path | None = None) -> RenderableTyp
         path = root / path
     lexer = "python" if path.suffix == ".py" else ("bash" if path.suffix in (".sh", ".sbatch", "") else "text")
     try:
-        if path.stat().st_size > MAX_SOURCE_BYTES:
-            raise OSError("too large to show")
-        code = path.read_text(encoding="utf-8", errors="replace")
+        code = safeopen.read_text(path, MAX_SOURCE_BYTES)  # a FIFO would block the screen
     except OSError:
         return Text.assemble(head, (f"  {ev.file}:{ev.line}", "dim"))
     first = max(1, ev.line - CONTEXT_LINES)

@@ -27,6 +27,7 @@ from textual.widgets.selection_list import Selection
 from doctor.case import Case
 from doctor.model import CheckResult, Safety
 from doctor.remedy.verify import JOB_LAYERS
+from doctor.wording import count
 
 if TYPE_CHECKING:
     from doctor.remedy.model import Plan, RemedyPlan
@@ -63,8 +64,8 @@ def undo_all(case: Case) -> str:
         return f"undo refused: {exc}"
     if not result.txs:
         return "nothing to undo"
-    return (f"undone {', '.join(result.txs)}: {len(result.restored)} file(s) restored, "
-            f"{len(result.removed)} created file(s) removed")
+    return (f"undone {', '.join(result.txs)}: {count(len(result.restored), 'file')} restored, "
+            f"{count(len(result.removed), 'created file')} removed")
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,6 @@ class ConfirmScreen(ModalScreen[bool]):
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
-
-
-def plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
 
 
 def remedy_label(rp: RemedyPlan) -> Text:
@@ -202,9 +199,9 @@ class FixScreen(Screen[bool]):
             sel.add_option(Selection(remedy_label(rp), rp.remedy_id, rp.safety == Safety.SAFE))
         safe = sum(rp.safety == Safety.SAFE for rp in offered)
         manual = [rp for rp in self.manual() if rp.steps]
-        summary = (f"{plural(len(offered), 'remedy', 'remedies')} to apply"
+        summary = (f"{count(len(offered), 'remedy')} to apply"
                    + (f" ({safe} safe, preselected; unsafe ones edit your code)" if safe else "")
-                   + (f"; {plural(len(manual), 'remedy needs', 'remedies need')} manual steps (below)"
+                   + (f"; {count(len(manual), 'remedy needs', 'remedies need')} manual steps (below)"
                       if manual else "")
                    + ".  space: toggle  a: apply  u: undo")
         if not offered:
@@ -251,10 +248,10 @@ class FixScreen(Screen[bool]):
 
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self.query_one("#fix-result", Static).update(f"applying {len(chosen)} remedies…")
+                self.query_one("#fix-result", Static).update(f"applying {count(len(chosen), 'remedy')}…")
                 self.apply_worker(chosen)
 
-        self.app.push_screen(ConfirmScreen(f"Apply {plural(len(chosen), 'remedy', 'remedies')}: "
+        self.app.push_screen(ConfirmScreen(f"Apply {count(len(chosen), 'remedy')}: "
                                            f"{', '.join(chosen)}? "
                                            "Backups and a journal go to .gpu-doctor/."), confirmed)
 
@@ -289,7 +286,7 @@ class FixScreen(Screen[bool]):
                             and "already" not in message.error else "yellow"))
             return
         self.changed = True
-        lines = [Text(f"applied ({message.tx}): {message.written} file(s) written; u undoes", style="bold")]
+        lines = [Text(f"applied ({message.tx}): {count(message.written, 'file')} written; u undoes", style="bold")]
         for v in message.verified:
             word, style = {True: ("verified", "green"), False: ("NOT verified", "bold red"),
                            None: ("not verified", "yellow")}[v.verified]

@@ -37,6 +37,7 @@ from textual.widgets import (
 )
 
 from doctor.case import Case
+from doctor.wording import count
 
 if TYPE_CHECKING:
     from doctor.launch.engine import Launcher
@@ -304,7 +305,7 @@ class LaunchScreen(Screen[None]):
         if new > take:
             status = self.launcher.statuses()[rank] if self.launcher else None
             where = f" (full log: {status.log_path})" if status and status.log_path else ""
-            lines.insert(0, f"… {new - take} lines skipped{where}")
+            lines.insert(0, f"… {count(new - take, 'line')} skipped{where}")
         self.query_one("#rank-log", Log).write_lines(lines)
 
     def update_gpus(self) -> None:
