@@ -148,5 +148,4 @@ manual_remedy(
         "Fixing the hostname instead (an /etc/hosts line with the node's real address, not 127.0.1.1) "
         "is the admins' part.",
     ),
-    fixes=("LNC004",),
 )
