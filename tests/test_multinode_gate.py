@@ -37,13 +37,13 @@ srun python train.py
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 srun --nodes=1 --ntasks=1 --relative=1 env PYTHONPATH={REPO} {PYTHON} -m doctor --check-only --playbook \\
-    scorep-ddp --only LNC004 --json --quiet {job_dir}
+    scorep-ddp --only LNC004 --json-file {tmp_path}/verdict.json --quiet {job_dir}
 """)
     out = tmp_path / "gate.out"
     job = cluster.sbatch(gate, f"--output={out}", f"--chdir={tmp_path}", env=job_env())
     cluster.wait_job(job, timeout=120)
-    text = out.read_text()
-    doc = json.loads(text[text.index("{"):])
+    assert (tmp_path / "verdict.json").exists(), out.read_text()
+    doc = json.loads((tmp_path / "verdict.json").read_text())
     [check] = [c for c in doc["checks"] if c["id"] == "LNC004"]
     [finding] = check["findings"]
     master = node_address("node1")
