@@ -367,9 +367,12 @@ def no_dashdash(facts: Facts) -> list[Outcome]:
             word = cmd.word_at(sw.dashdash[0]) if sw and sw.dashdash else None
             span = word.source if word is not None else None
             line = span.line if span is not None and span.file == cmd.site.file else cmd.line_of("--")
+            origin = origin_evidence(job, cmd, sw.dashdash[0] if sw and sw.dashdash else None, "`--` written here")
+            evidence = [ev(job, cmd.site, "launch"), origin] if origin is not None else [
+                ev(job, cmd.site, "launch") if line == cmd.site.line else
+                Evidence("--", job.rel(cmd.site.file), line, "launch")]
             out.append(fail("`--` after `python -m scorep` goes to scorep-config, which rejects it "
-                            "(Unknown option: '--')", ev(job, cmd.site, "launch") if line == cmd.site.line else
-                            Evidence("--", job.rel(cmd.site.file), line, "launch"), "scorep-drop-dashdash",
+                            "(Unknown option: '--')", evidence, "scorep-drop-dashdash",
                             data=command_data(cmd) | {"token": "--", "token_line": line}))
     if not job.instrumented:
         return [_no_scorep(job)]

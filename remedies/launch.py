@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import Command, Job, Launch, Span, Word
 from doctor.model import Phase, Safety, Status
 from doctor.registry import remedy
@@ -125,7 +126,7 @@ def per_rank_launch(ctx: RemedyContext) -> None:
                    f"per-rank launch script: one python -m scorep per rank ({target.name})", 0o755)
         warmed = WARMUP_MARK in edits.doc(cmd.site.file).text  # cuda-warmup ran already: one warm-up is enough
         _replace_launch(edits, cmd, run, target, path, warmed)
-        summary = f"torchrun under python -m scorep -> bash ./{target.name}"
+        summary = f"{launch.spawner.kind} under python -m scorep -> bash ./{target.name}"
         wrapper = Path(launch.target).name if launch.spawner.kind == "wrapper-script" else None
         if wrapper:  # the torchrun-as-a-script file nothing runs any more: say so where the launch was
             edits.insert_lines_before(cmd.site.file, cmd.site.line, [
@@ -136,6 +137,7 @@ def per_rank_launch(ctx: RemedyContext) -> None:
         notes = [f"{wrapper} stays in the folder but nothing runs it any more"] if wrapper else []
         if warmed:
             notes.append(f"{path.name} already warms CUDA up, so {target.name} is called with --no-warmup")
+        notes.extend(run.notes)
         ctx.note = "; ".join(notes)
         return  # one launch per plan: the others' offsets moved; a second fix run takes the next
     spawners = {lch.spawner.kind for _c, lch in wrapped if lch.spawner is not None}
@@ -149,7 +151,13 @@ def per_rank_launch(ctx: RemedyContext) -> None:
     ctx.note = "no python -m scorep launch wraps torchrun"
 
 
-REWRITABLE = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "wrapper-script")
+REWRITABLE = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "wrapper-script", "accelerate",
+              "deepspeed")
+# per spawner: the option that sets the ranks per node, the node count, the rendezvous port
+NPROC_OPTION = {"accelerate": "--num_processes", "deepspeed": "--num_gpus"}
+NNODES_OPTION = {"accelerate": "--num_machines", "deepspeed": "--num_nodes"}
+PORT_OPTION = {"accelerate": "--main_process_port"}
+_POSITIONAL_RE = re.compile(r"\$\{?[@*1-9#]")
 
 
 @dataclass(frozen=True)
@@ -159,47 +167,90 @@ class TorchrunWords:
     python: str
     scorep_flags: tuple[str, ...]
     options: dict[str, str]
-    script: tuple[Word, ...]  # the training script and its arguments
+    script: tuple[Word, ...]  # the training script (or `-m module`) and its arguments
+    nproc: str = "1"
+    env: tuple[str, ...] = ()  # NAME=value the ranks need from the launcher (accelerate's mixed precision)
+    local_rank_arg: bool = False  # deepspeed passes --local_rank=N to each rank's script
+    notes: tuple[str, ...] = ()
 
 
 def torchrun_words(job: Job, cmd: Command, launch: Launch) -> TorchrunWords:
     sp = launch.spawner
     assert sp is not None and launch.scorep is not None
     where = f"{job.rel(cmd.site.file)}:{cmd.site.line}"
+    kind = "torchrun" if sp.kind in ("wrapper-script", "torch.distributed.run", "torch.distributed.launch") \
+        else sp.kind
+    valueless = {"--" + f.lstrip("-").replace("-", "_") for f in argvmod.valueless_flags(kind)}
     options: dict[str, str] = {}
     args = list(sp.argv)
     i = 0
     while i < len(args) and args[i].startswith("-"):
         name, eq, value = args[i].partition("=")
         key = "--" + name.lstrip("-").replace("-", "_") if name.startswith("--") else name
-        if key in ("--standalone", "--no_python", "--use_env", "--run_path"):
-            options[key] = ""
-            i += 1
-        elif key in ("-m", "--module"):
+        if key in ("-m", "--module"):
             options[key] = ""
             break
-        elif eq:
+        if eq:
             options[key] = value
+            i += 1
+        elif key in valueless:
+            options[key] = ""
             i += 1
         else:
             options[key] = args[i + 1] if i + 1 < len(args) else ""
             i += 2
-    nnodes = options.get("--nnodes") or "1"
+    nnodes = options.get(NNODES_OPTION.get(kind, "--nnodes")) or "1"
     if nnodes not in ("1", "1:1"):
-        raise CannotPlan(f"{where}: torchrun runs on {nnodes} nodes; a per-rank script is for one node",
+        raise CannotPlan(f"{where}: {sp.kind} runs on {nnodes} nodes; a per-rank script is for one node",
                          ["Inside a Slurm allocation, start one task per rank with srun, each task "
                           "its own python -m scorep with SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_"
                           "$SLURM_PROCID (or use gpu-doctor launch)."])
-    if i >= len(args) or "-m" in options or "--module" in options or "--no_python" in options \
-            or launch.training_script is None:
-        raise CannotPlan(f"{where}: torchrun does not start a Python script file here",
+    if i >= len(args) or "--no_python" in options or launch.training_script is None:
+        what = "a Python script or a module in the job folder"
+        raise CannotPlan(f"{where}: {sp.kind} does not start {what} here",
                          ["Write the per-rank loop by hand: see the field guide (error 8)."])
     n_script = len(args) - i
     script = tuple(cmd.argv_words[len(cmd.argv_words) - n_script:])
     # `-m` named the launcher module (`python -m scorep -m torch.distributed.run`); each rank
-    # runs the script file itself, so only scorep's own flags carry over.
+    # runs the script file (or `-m module`) itself, so only scorep's own flags carry over.
     flags = tuple(f for f in launch.scorep.flags if f not in ("-m", "--module"))
-    return TorchrunWords(launch.interpreter, flags, options, script)
+    env, notes = _launcher_env(job, kind, options)
+    if kind in PORT_OPTION and options.get(PORT_OPTION[kind]):
+        options["--master_port"] = options[PORT_OPTION[kind]]
+    return TorchrunWords(launch.interpreter, flags, options, script,
+                         options.get(NPROC_OPTION.get(kind, "--nproc_per_node")) or "1", env,
+                         kind == "deepspeed" and "--no_local_rank" not in options, notes)
+
+
+def _launcher_env(job: Job, kind: str, options: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What accelerate's launcher would hand each rank that a plain per-rank start must set itself."""
+    if kind != "accelerate":
+        return (), ()
+    precision = options.get("--mixed_precision")
+    config = options.get("--config_file")
+    notes: tuple[str, ...] = ()
+    if precision is None and config:
+        precision = _config_value(job, config, "mixed_precision")
+        if precision is None:
+            notes = (f"the ranks start without accelerate launch, so {config}'s settings other than "
+                     "mixed_precision are not applied",)
+    env = (f"ACCELERATE_MIXED_PRECISION={precision}",) if precision and precision != "no" else ()
+    return env, notes
+
+
+def _config_value(job: Job, config: str, key: str) -> str | None:
+    """A top-level `key: value` of an accelerate YAML config in the job folder."""
+    if job.root is None or "$" in config:
+        return None
+    path = Path(job.root, config)
+    try:
+        import yaml
+
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ImportError, yaml.YAMLError):
+        return None
+    value = data.get(key) if isinstance(data, dict) else None
+    return str(value) if isinstance(value, str | int) else None
 
 
 def _free_name(ctx: RemedyContext, folder: Path) -> Path:
@@ -218,7 +269,7 @@ def _as_written(edits: SpanEdits, word: Word) -> str:
 
 
 def launch_script(edits: SpanEdits, run: TorchrunWords, name: str, source: str) -> str:
-    nproc = run.options.get("--nproc_per_node") or "1"
+    nproc = run.nproc
     flags = "".join(" " + quote_if_needed(f) for f in run.scorep_flags)
     text = TEMPLATE.read_text(encoding="utf-8")
     for key, value in (("@WARMUP@", "\n".join(warmup_block(run.python, "    "))),
@@ -232,6 +283,9 @@ def launch_script(edits: SpanEdits, run: TorchrunWords, name: str, source: str) 
 def _args_text(edits: SpanEdits, run: TorchrunWords) -> str:
     """The training script and its arguments as written, one option per line when long."""
     words = [_as_written(edits, w) for w in _dedupe(run.script)]
+    if run.local_rank_arg:  # deepspeed's launcher puts it right after the script
+        at = 2 if words[:1] == ["-m"] else 1
+        words[at:at] = ["--local_rank=$rank"]
     flat = " ".join(words)
     if len(flat) <= 70:
         return flat
@@ -258,24 +312,32 @@ def _replace_launch(edits: SpanEdits, cmd: Command, run: TorchrunWords, target: 
                     warmed: bool = False) -> None:
     """Replace the launch command (up to its last word; redirections stay) with the script's call."""
     used: set[str] = set()
+    positional = False
     for w in run.script:
         if not (w.known and not w.varies):
-            used.update(_VAR_RE.findall(_as_written(edits, w)))
-    # known words are written as their values; a loop variable is the one unexported name left
-    local = {cmd.loop.var} & used if cmd.loop is not None and cmd.loop.var else set()
+            text = _as_written(edits, w)
+            used.update(_VAR_RE.findall(text))
+            positional = positional or bool(_POSITIONAL_RE.search(text))
+    # known words are written as their values; what the launch line reads from the shell's own
+    # variables (a loop variable, `overrides="$*"`) goes along, and the script's arguments after `--`
+    local = used & set(cmd.shell_refs)
     prefix = [f"{v.name}={quote_if_needed(v.value)}" for v in cmd.inline
               if v.name not in RANK_VARS and v.value is not None]
+    prefix += [e for e in run.env if e.split("=", 1)[0] not in {v.name for v in cmd.inline}]
     prefix += [f'{v}="${v}"' for v in sorted(local - RANK_VARS)]
     for opt, var in (("--master_port", "MASTER_PORT"), ("--master_addr", "MASTER_ADDR")):
         if run.options.get(opt):
             prefix.append(f"{var}={run.options[opt]}")
     rel = target.name if target.parent == path.parent else str(target)
     call = " ".join(prefix + ["bash", f"./{rel}" if "/" not in rel else rel])
-    nproc = run.options.get("--nproc_per_node")
+    nproc = run.nproc
     if nproc and not nproc.isdigit():
         call += f" --nproc {nproc}"
     if warmed:
         call += " --no-warmup"
+    if positional:
+        call += ' -- "$@"'
+
     assert cmd.span is not None
     last = cmd.argv_words[-1].span
     edits.replace(Span(cmd.span.file, cmd.span.start, last.end, cmd.span.line, cmd.span.col, last.end_line,

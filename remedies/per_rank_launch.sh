@@ -7,11 +7,12 @@
 # every rank is its own `python -m scorep` process with its own experiment folder
 # scorep_rank_N. The CUDA runtime is warmed up first, outside Score-P (errors 1-3).
 #
-# Usage: bash @NAME@ [--nproc N] [--uninstrumented] [--no-warmup]
+# Usage: bash @NAME@ [--nproc N] [--uninstrumented] [--no-warmup] [-- ARGS...]
 #   --nproc N         ranks to start (default: $NPROC, else @NPROC@)
 #   --uninstrumented  run the ranks without Score-P, e.g. where it is not installed
 #                     (also GPU_DOCTOR_UNINSTRUMENTED=1)
 #   --no-warmup       skip the CUDA warm-up (also GPU_DOCTOR_WARMUP=0)
+#   -- ARGS...        what the job script's own arguments ("$@") were where it started torchrun
 # Environment: MASTER_ADDR (default localhost), MASTER_PORT (default: a free port),
 #   GRACE_S: seconds the other ranks get after one fails before they are stopped (30).
 # Exit status: 0 when every rank exits 0, else the status of the first rank that failed.
@@ -28,6 +29,9 @@ while [ $# -gt 0 ]; do
         UNINSTRUMENTED=1
     elif [ "$1" = --no-warmup ]; then
         WARMUP=0
+    elif [ "$1" = "--" ]; then
+        shift
+        break
     else
         echo "@NAME@: unknown option: $1 (see the top of this file)" >&2
         exit 2

@@ -4,7 +4,8 @@ model was not tuned on, each as a `broken` and a `clean` variant (tests/fixtures
 torchtitan's run_train.sh (`${CONFIG_FILE:-...}`, `overrides="$*"`, `-m torchtitan.train`), an srun
 wrapper mapping SLURM_PROCID to RANK, an MPI per-rank Score-P wrapper picking its rank from
 OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID, a job array taking its config from a bash array,
-`case "$MODE"` with MODE set above, a shell function around srun, accelerate, nanoGPT, deepspeed,
+`case "$MODE"` with MODE set above, `if [ "$PROFILE" = 1 ]` choosing the launcher in a variable,
+`srun --export=ALL,NAME=value`, `mpirun -np 4 -x ... python -m scorep`, a shell function around srun, accelerate, nanoGPT, deepspeed,
 a C-style per-rank loop, HF Trainer arguments in an array and a string, a two-node torchrun
 rendezvous with a `--no-python` wrapper, `cd "$SLURM_SUBMIT_DIR"` + `module load`.
 
@@ -44,6 +45,10 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "hf_trainer_args": {"TRN001": {("finetune.sh", 12)}, "SCR002": {("run_glue.py", 18)}},
     "multinode_rdzv": {"SCP006": {("node_wrapper.sh", 2)}},
     "submit_dir_memory": {"SCP003": {("job.slurm", 9)}, "LNC002": {("job.slurm", 10), ("job.slurm", 12)}},
+    # PROFILE=1 above: the `then` branch sets LAUNCH, the `else` one does not run
+    "if_profile_switch": {"SCP002": {("job.sh", 24), ("job.sh", 10)}, "SCP005": {("job.sh", 10)}},
+    "srun_export": {"SCP003": {("job.sh", 16)}},  # srun --export=ALL,SCOREP_TOTAL_MEMORY=4G
+    "mpirun_direct": {"SCP006": {("job.sh", 16)}},
 }
 
 # folder -> text the fixed folder must hold (each edit where the value is set, and only there)
@@ -55,16 +60,23 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "array_configs": [("sweep.sbatch", "export SCOREP_CUDA_ENABLE=kernel,memcpy,idle\n")],
     "hf_trainer_args": [("finetune.sh", 'SAVE_ARGS="--save_strategy steps --save_steps 500 '
                                         '--load_best_model_at_end False"\n')],
-    "nanogpt": [("run.sh", "\nbash ./run_ranks.sh\n"), ("run_ranks.sh", "config/train_shakespeare_char.py")],
+    # the job script's own arguments go along after `--`; the shell's own `overrides` with the call
+    "nanogpt": [("run.sh", '\nbash ./run_ranks.sh -- "$@"\n'),
+                ("run_ranks.sh", 'python -m scorep --cuda train.py config/train_shakespeare_char.py --compile=False "$@" &')],
+    "titan_run_train": [("run_train.sh", 'overrides="$overrides" bash ./run_ranks.sh\n'),
+                        ("run_ranks.sh", "python -m scorep --cuda -m torchtitan.train \\\n"),
+                        ("run_ranks.sh", "debug_model.toml $overrides &")],
+    "accelerate_launch": [("launch.sh", "\nACCELERATE_MIXED_PRECISION=bf16 bash ./run_ranks.sh\n"),
+                          ("run_ranks.sh", "python -m scorep --cuda train_accel.py --epochs 2 &")],
+    "deepspeed_gpus": [("run_ranks.sh", "python -m scorep --cuda train_ds.py \\\n                --local_rank=$rank")],
     "submit_dir_memory": [("job.slurm", "export SCOREP_TOTAL_MEMORY=3500M\n")],
+    "if_profile_switch": [("job.sh", 'LAUNCH="python -m scorep --cuda --mpp=none"\n'), ("job.sh", "LAUNCH=python\n")],
+    "srun_export": [("job.sh", "srun --export=ALL,SCOREP_ENABLE_TRACING=true,SCOREP_TOTAL_MEMORY=3500M \\\n")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
-CANNOT: dict[str, dict[str, str]] = {
-    "accelerate_launch": {"LNC001": "per-rank-launch"},
-    "deepspeed_gpus": {"LNC001": "per-rank-launch"},
-    "titan_run_train": {"LNC001": "per-rank-launch"},
-}
+# (mpirun on the job script's own line: the batch shell expands a per-rank value once)
+CANNOT: dict[str, dict[str, str]] = {"mpirun_direct": {"SCP006": "scorep-per-rank-dirs"}}
 
 
 def test_every_heldout_folder_has_both_variants_and_an_expectation() -> None:
@@ -126,3 +138,53 @@ def test_an_mpi_wrapper_names_each_ranks_folder_from_the_rank_it_exports() -> No
     assert [w.name for w in cmd.wrappers] == ["mpirun"] and cmd.per_task
     assert rank_spelling(cmd) == "${RANK}"
     assert cmd.env["RANK"].varies
+
+
+def test_the_per_rank_script_hands_the_job_scripts_own_arguments_to_every_rank(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "run.sh").write_text('#!/bin/bash\nexport SCOREP_TOTAL_MEMORY=3500M\nSUFFIX=run$(echo 1)\n'
+                                'python -m scorep --cuda $(which torchrun) --standalone --nproc_per_node=2 '
+                                'show.py --tag "$SUFFIX" "$@"\n')
+    (job / "show.py").write_text("import os, sys\nwith open(f\"rank{os.environ['RANK']}.txt\", 'w') as f:\n"
+                                 "    f.write(' '.join(sys.argv[1:]) + ' ' + os.environ['WORLD_SIZE'])\n")
+    assert main(["fix", str(job), "--apply", "--unsafe", "--only", "per-rank-launch"]) == 0
+    capsys.readouterr()
+    assert (job / "run.sh").read_text().endswith('SUFFIX="$SUFFIX" bash ./run_ranks.sh -- "$@"\n')
+    bin_dir = tmp_path / "bin"  # `python` is the interpreter running the tests
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_DOCTOR_UNINSTRUMENTED": "1",
+           "GPU_DOCTOR_WARMUP": "0"}
+    proc = subprocess.run(["bash", "run.sh", "--lr", "0.1"], cwd=job, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [(job / f"rank{r}.txt").read_text() for r in (0, 1)] == ["--tag run1 --lr 0.1 2"] * 2
+
+
+def test_the_job_scripts_own_arguments_are_named_in_the_process_tree() -> None:
+    import json
+
+    import jsonschema
+
+    from doctor.jobfolder.processes import job_json, launch_lines
+
+    job = job_of(HELDOUT / "multinode_rdzv" / "broken")
+    schema = json.loads((HELDOUT.parents[2] / "doctor" / "schemas" / "gate.schema.json").read_text())
+    tree = job_json(job)
+    jsonschema.validate(tree["processes"], {"type": "array", "items": {"$ref": "#/$defs/process"},
+                                            "$defs": schema["$defs"]})
+    (script,) = tree["processes"]
+    torchrun = script["children"][-1]
+    (worker,) = torchrun["children"]
+    for node in (torchrun, worker):  # the wrapper's "$@" came from the job script's, on line 25
+        args = [p for p in node["placeholders"] if p["text"] == "$@"]
+        assert args and args[0]["file"] == "multinode.sbatch" and args[0]["line"] == 25, node["placeholders"]
+        assert "the arguments multinode.sbatch is started with" in args[0]["means"]
+    assert not [p for p in worker["placeholders"] if p["text"] == "train.py"]
+    assert any(line.strip().startswith("$head_node_ip: known only when the job runs") for line in launch_lines(job))

@@ -337,3 +337,54 @@ def test_script_folder_idioms_resolve_to_the_job_folder(tmp_path: Path, line: st
     write_job(tmp_path, {"run.sh": line + "\n", "src/train.py": "pass\n"})
     launch = only_launch(job_of(tmp_path)).launch
     assert launch is not None and launch.training_script == str(tmp_path / "src" / "train.py")
+
+
+def test_a_known_test_picks_the_branch_and_a_loop_reads_every_branch(tmp_path: Path) -> None:
+    write_job(tmp_path, {"run.sh": """
+        USE_SCOREP=yes
+        N=2
+        if [[ $USE_SCOREP == y* ]]; then
+            PY="python -m scorep --cuda"
+        elif [ "$N" -gt 1 ]; then
+            PY="python -m scorep --nocuda"
+        else
+            PY=python
+        fi
+        $PY train.py
+        for r in 0 1; do
+            if [ "$r" = 0 ]; then python -m scorep --cuda a.py & else python -m scorep --cuda b.py & fi
+        done
+        if [ -n "$UNSET_VARIABLE" ]; then python -m scorep c.py; else python -m scorep d.py; fi
+        """})
+    job = job_of(tmp_path)
+    assert [(c.launch.target, c.launch.scorep.cuda) for c in job.commands  # type: ignore[union-attr]
+            if c.launch is not None] == [("train.py", True), ("a.py", True), ("b.py", True), ("c.py", False),
+                                         ("d.py", False)]
+
+
+def test_srun_export_and_mpirun_x_set_the_tasks_environment(tmp_path: Path) -> None:
+    write_job(tmp_path, {"run.sh": """
+        export SCOREP_TOTAL_MEMORY=3500M SCOREP_ENABLE_TRACING=true
+        srun --export=ALL,SCOREP_TOTAL_MEMORY=4G python -m scorep --cuda a.py
+        srun --export=SCOREP_ENABLE_TRACING,SCOREP_EXPERIMENT_DIRECTORY=x python -m scorep --cuda b.py
+        mpirun -np 2 -x SCOREP_TOTAL_MEMORY=1G -genv SCOREP_EXPERIMENT_DIRECTORY mpi_run python -m scorep c.py
+        """})
+    a, b, c = [cmd for cmd in job_of(tmp_path).commands if cmd.launch is not None]
+    memory = a.env["SCOREP_TOTAL_MEMORY"]
+    assert memory.value == "4G" and memory.span is not None and (memory.span.line, memory.span.col) == (2, 39)
+    assert b.env["SCOREP_EXPERIMENT_DIRECTORY"].value == "x" and "SCOREP_TOTAL_MEMORY" not in b.env
+    assert b.env["SCOREP_ENABLE_TRACING"].site.line == 1  # type: ignore[union-attr]  # named: kept
+    assert c.launch.target == "c.py" and c.env["SCOREP_TOTAL_MEMORY"].value == "1G"  # type: ignore[union-attr]
+    assert c.env["SCOREP_EXPERIMENT_DIRECTORY"].value == "mpi_run"
+
+
+def test_a_default_assignment_sets_the_variable_for_later_lines(tmp_path: Path) -> None:
+    write_job(tmp_path, {"run.sh": """
+        : "${NGPUS:=4}"
+        : ${PORT:=29500}
+        echo "${TAG:=run-$NGPUS}"
+        python -m scorep --cuda $(which torchrun) --nproc_per_node=$NGPUS --master_port=$PORT train.py --tag "$TAG"
+        """})
+    (cmd,) = [c for c in job_of(tmp_path).commands if c.launch is not None]
+    assert cmd.launch is not None and cmd.launch.spawner is not None
+    assert cmd.launch.spawner.nproc == 4 and "--master_port=29500" in cmd.argv and cmd.argv[-1] == "run-4"

@@ -51,6 +51,13 @@ _ACCELERATE_FLAGS = {"--multi_gpu", "--cpu", "--use_deepspeed", "--use_fsdp", "-
                      "--same_network", "--dynamo_use_fullgraph", "--dynamo_use_dynamic", "--multi-gpu"}
 _DEEPSPEED_FLAGS = {"--no_python", "--module", "--no_local_rank", "--force_multi", "--save_pid",
                     "--bind_cores_to_rank", "--no_ssh_check", "--no_ssh", "--enable_each_rank_log"}
+
+
+def valueless_flags(kind: str) -> set[str]:
+    """The options of spawner `kind` (torchrun, accelerate, deepspeed...) that take no value."""
+    return {"accelerate": _ACCELERATE_FLAGS, "deepspeed": _DEEPSPEED_FLAGS}.get(kind, _TORCHRUN_FLAGS)
+
+
 SIMPLE_PREFIX = {"nohup", "exec", "command", "builtin", "stdbuf", "nice", "ionice", "chrt", "taskset",
                  "numactl", "time", "unbuffer", "setsid", "caffeinate", "xvfb-run"}
 CUPTI_TOOLS = {"nsys", "ncu", "nv-nsight-cu-cli", "nvprof", "compute-sanitizer", "cuda-memcheck", "dlprof"}
@@ -88,13 +95,17 @@ def _opt_value(argv: list[str], i: int, names: set[str]) -> tuple[str | None, in
     return None, i
 
 
-def _skip_options(argv: list[str], i: int, value_opts: set[str]) -> tuple[int, dict[str, str]]:
+def _skip_options(argv: list[str], i: int, value_opts: set[str],
+                  pair_opts: frozenset[str] = frozenset()) -> tuple[int, dict[str, str]]:
     seen: dict[str, str] = {}
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
         a = argv[i]
         if a == "--":
             return i + 1, seen
-        if "=" in a:
+        if a in pair_opts:  # MPICH's `-genv NAME VALUE`
+            seen[a] = " ".join(argv[i + 1:i + 3])
+            i += 3
+        elif "=" in a:
             k, v = a.split("=", 1)
             seen[k] = v
             i += 1
@@ -107,11 +118,54 @@ def _skip_options(argv: list[str], i: int, value_opts: set[str]) -> tuple[int, d
     return i, seen
 
 
+MPICH_ENV_OPTS = frozenset({"-genv", "-env"})
+
+
+def launcher_env(name: str, argv: list[str], start: int, end: int) -> list[tuple[str, ...]]:
+    """The environment `srun --export=...` or `mpirun -x NAME=value` / `-genv NAME value` gives its tasks.
+
+    `--export=ALL,NAME=value` adds to the environment; without ALL (`NONE`, `NAME=value,OTHER`)
+    the tasks get only what it names (and Slurm's own SLURM_* variables).
+    """
+    ops: list[tuple[str, ...]] = []
+    k = start
+    while k < end:
+        a = argv[k]
+        if name == "srun" and (a.startswith("--export=") or (a == "--export" and k + 1 < end)):
+            word, offset = (k, len("--export=")) if a != "--export" else (k + 1, 0)
+            ops.extend(_slurm_export(argv[word], word, offset))
+            k = word + 1
+            continue
+        if name != "srun" and a == "-x" and k + 1 < end and re.match(r"[A-Za-z_]\w*=", argv[k + 1]):
+            key = argv[k + 1].split("=", 1)[0]
+            ops.append(("set", key, argv[k + 1][len(key) + 1:], str(k + 1), str(len(key) + 1), str(len(argv[k + 1]))))
+        elif name != "srun" and a in MPICH_ENV_OPTS and k + 2 < end:
+            ops.append(("set", argv[k + 1], argv[k + 2], str(k + 2), "0", str(len(argv[k + 2]))))
+            k += 2
+        k += 1
+    return ops
+
+
+def _slurm_export(text: str, word: int, offset: int) -> list[tuple[str, ...]]:
+    items = text[offset:].split(",")
+    ops: list[tuple[str, ...]] = [] if any(x in ("ALL", "all") for x in items) else [("clear",)]
+    pos = offset
+    for item in items:
+        key, eq, value = item.partition("=")
+        if eq and re.fullmatch(r"[A-Za-z_]\w*", key):
+            ops.append(("set", key, value, str(word), str(pos + len(key) + 1), str(pos + len(item))))
+        elif re.fullmatch(r"[A-Za-z_]\w*", item) and item not in ("ALL", "NONE", "NIL"):
+            ops.append(("keep", item))
+        pos += len(item) + 1
+    return ops
+
+
 def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tuple[str, ...]]]:
     """Peel srun/mpirun/timeout/env/nsys/apptainer/conda-run... off a command line.
 
-    Returns the wrappers, the command they run, and `env` operations:
-    ('set', NAME, VALUE, argv index), ('unset', NAME), ('clear',).
+    Returns the wrappers, the command they run, and the environment operations of `env`,
+    `srun --export=` and `mpirun -x`/`-genv`: ('set', NAME, VALUE, argv index, start, end) (the
+    value is argv[index][start:end]), ('unset', NAME), ('clear',), ('keep', NAME) (after a clear).
     """
     wrappers: list[Wrapper] = []
     env_ops: list[tuple[str, ...]] = []
@@ -121,7 +175,8 @@ def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tupl
         start = i
         if name in TASK_LAUNCHERS:
             value_opts = _SRUN_VALUE if name == "srun" else _MPIRUN_VALUE
-            i, seen = _skip_options(argv, i + 1, value_opts)
+            i, seen = _skip_options(argv, i + 1, value_opts, MPICH_ENV_OPTS)
+            env_ops.extend(launcher_env(name, argv, start + 1, i))
             tasks = None
             for key in ("-n", "--ntasks", "-np", "--np"):
                 if key in seen:
@@ -153,7 +208,7 @@ def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tupl
                     i += 1
                 elif re.match(r"[A-Za-z_]\w*=", a):
                     k, v = a.split("=", 1)
-                    env_ops.append(("set", k, v, str(i)))
+                    env_ops.append(("set", k, v, str(i), str(len(k) + 1), str(len(a))))
                     i += 1
                 else:
                     break
@@ -211,7 +266,7 @@ def parse_spawner(kind: str, args: list[str], resolve: Callable[[str], str | Non
                   modules: Callable[[str], str | None] | None = None
                   ) -> tuple[Spawner, str, list[str], Launch | None, bool]:
     """(spawner, training target, its args, inner launch for --no-python, target is a module)."""
-    flags = {"accelerate": _ACCELERATE_FLAGS, "deepspeed": _DEEPSPEED_FLAGS}.get(kind, _TORCHRUN_FLAGS)
+    flags = valueless_flags(kind)
     nproc_keys = {"accelerate": ("--num_processes", "--num-processes"),
                   "deepspeed": ("--num_gpus", "--num-gpus")}.get(kind, ("--nproc_per_node", "--nproc-per-node"))
     i = 0

@@ -28,6 +28,7 @@ MAX_VALUE = MAX_VALUE_CHARS  # longer expanded values are not followed (a runawa
 MAX_NESTING = MAX_EXPANSION_DEPTH  # `${a:-${b:-${c:-...}}}` deeper than this is not followed
 
 Lookup = Callable[[str], "EnvVar | None"]
+Assign = Callable[[str, tuple[Piece, ...], bool], None]  # `${X:=word}` sets X: (name, value pieces, known)
 EXPANSIONS = {"simple_expansion", "expansion", "command_substitution", "arithmetic_expansion",
               "process_substitution", "string", "raw_string", "ansi_c_string", "translated_string"}
 
@@ -80,7 +81,9 @@ class Expander:
     """Expands the words of one command against the shell's variables and positional parameters."""
 
     def __init__(self, src: Source, lookup: Lookup, args: tuple[Word, ...] | None, *, split: bool = True,
-                 per_task: bool = False, home: str | None = None, cwd: str | None = None):
+                 per_task: bool = False, home: str | None = None, cwd: str | None = None,
+                 assign: Assign | None = None):
+        self.assign = assign
         self.src = src
         self.lookup = lookup
         self.args = args
@@ -361,7 +364,11 @@ class Expander:
                 elif value is None and not positional and self.lookup(name) is not None:
                     self._unknown(node)  # set, but to something not known statically
                 else:
+                    fields, at, known = len(self.out.fields), len(self.cur), self.out.known
                     self._operand(kids, quoted)
+                    if op in (":=", "=") and not positional and self.assign is not None \
+                            and len(self.out.fields) == fields:  # one field: the value X is set to
+                        self.assign(name, tuple(self.cur[at:]), known == self.out.known)
                 return
         self._unknown(node)
 

@@ -244,6 +244,7 @@ class Command:
     parent: Command | None = None  # the launcher whose workers run this command (torchrun --no-python ...)
     cwd: str | None = None
     statement_line: int = 0  # the top-level statement of its file it runs in (a loop, an if...)
+    shell_refs: tuple[str, ...] = ()  # the script's own unexported variables its words read (`$overrides`)
 
     def word_at(self, index: int) -> Word | None:
         return self.argv_words[index] if 0 <= index < len(self.argv_words) else None

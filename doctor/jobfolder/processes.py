@@ -9,6 +9,8 @@ came from, so a reader can check it against the scripts.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from doctor.jobfolder.model import Command, EnvVar, Job, Launch
@@ -18,6 +20,7 @@ from doctor.jobfolder.queries import multi_rank, ranks
 SHOWN_ENV = ("SCOREP_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
              "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "KINETO_USE_DAEMON", "SLURM_PROCID")
 MAX_NODES = 200
+_POSITIONAL = re.compile(r"\$\{?([@*#]|[1-9][0-9]*)\}?")
 
 
 def _env_json(job: Job, var: EnvVar) -> dict[str, Any]:
@@ -27,6 +30,32 @@ def _env_json(job: Job, var: EnvVar) -> dict[str, Any]:
 
 def _shown(name: str) -> bool:
     return name.startswith(SHOWN_ENV[0]) or name in SHOWN_ENV[1:]
+
+
+def placeholders(job: Job, cmd: Command) -> list[dict[str, Any]]:
+    """The words of `cmd` known only when the job runs, each where it is written and what it stands
+    for: `"$@"` in a job script is the arguments the script is started with (none with a plain
+    `sbatch job.sbatch`)."""
+    out: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for word in cmd.argv_words:
+        if word.known:
+            continue
+        for piece in word.pieces or ():
+            if "$" not in piece.text and "`" not in piece.text:
+                continue
+            span = piece.span or word.span
+            name = os.path.basename(span.file)
+            m = _POSITIONAL.fullmatch(piece.text)
+            if m:
+                which = {"@": "arguments", "*": "arguments, as one word", "#": "argument count"}.get(
+                    m.group(1), f"argument {m.group(1)}")
+                means = (f"the {which} {name} is started with (none with a plain `sbatch {name}` or "
+                         f"`bash {name}`); gpu-doctor reads the launch without them")
+            else:
+                means = "known only when the job runs"
+            out.setdefault((piece.text, span.file, span.line),
+                           {"text": piece.text, "means": means, "file": job.rel(span.file), "line": span.line})
+    return list(out.values())
 
 
 def _innermost(launch: Launch) -> Launch:
@@ -61,6 +90,7 @@ def command_json(job: Job, cmd: Command) -> dict[str, Any]:
         "target": program.training_target if program is not None else None,
         "module": program.training_target if program is not None and program.kind == "module" else None,
         "env_used": {k: _env_json(job, v) for k, v in sorted(cmd.env.items()) if _shown(k)},
+        "placeholders": placeholders(job, cmd),
         "children": [],
     }
 
@@ -136,6 +166,8 @@ def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -
                 where = f"{v['file']}:{v['line']}" if v["file"] else "inherited"
                 value = v["value"] if v["value"] is not None else f"{v['raw']} (known when it runs)"
                 out.append(f"{pad}    {name}={value}{' (per rank)' if v['varies'] else ''}  ← {where}")
+            for p in n.get("placeholders", []):
+                out.append(f"{pad}    {p['text']}: {p['means']}  ← {p['file']}:{p['line']}")
         for child in n["children"]:
             out.extend(launch_lines(job, child, depth + 1))
     if depth == 0 and node is None:

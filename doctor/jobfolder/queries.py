@@ -242,7 +242,8 @@ def origin_evidence(job: Job, cmd: Command, index: int | None, label: str = "wri
         return None
     if span.file == cmd.site.file and cmd.site.line <= span.line <= max(cmd.end_line, cmd.site.line):
         return None
-    site = next((s for s in reversed(word.via) if s.file == span.file and s.line == span.line), None)
+    site = next((s for s in reversed(word.via) if s.file == span.file and s.line == span.line), None) or next(
+        (c.site for c in job.commands if c.site.file == span.file and c.site.line == span.line), None)  # a caller
     return Evidence(site.text if site is not None else word.text, job.rel(span.file), span.line, label)
 
 

@@ -162,7 +162,7 @@ class ShellWalker(Links):
         are known (`MODE=profile` above), else every arm (each one may be the one that runs)."""
         items = [c for c in named(node) if c.type == "case_item"]
         subject = node.child_by_field_name("value")
-        if subject is None:
+        if subject is None or ctx.loop is not None:  # a loop's later rounds may take other arms
             return items
         word = self._expand(subject, ctx, split=False)
         if not word.known or word.varies:
@@ -251,22 +251,63 @@ class ShellWalker(Links):
             self.walk(body, inner)
 
     def _if(self, node: Node, ctx: Ctx) -> None:
-        cond = False
-        for p in node.children:
-            if not p.is_named:
-                cond = p.type in ("if", "elif") or (cond and p.type not in ("then", "else"))
+        """`if`/`elif`/`else`: a test whose value is known statically (`[ "$PROFILE" = 1 ]` with
+        PROFILE=1 above) runs only its branch; else every branch is read, in order."""
+        clauses = [node] + [c for c in node.children if c.type in ("elif_clause", "else_clause")]
+        for clause in clauses:
+            if clause.type == "else_clause":
+                self._block(clause, ctx)
+                return
+            conds, body = _clause_parts(clause)
+            for c in conds:
+                self.walk(c, replace(ctx, condition=True))
+            taken = self._test_value(conds, ctx)
+            if taken is False:
                 continue
-            if p.type == "elif_clause":
-                self._if(p, ctx)
-            elif p.type == "else_clause":
-                self._block(p, ctx)
-            elif p.type in STATEMENTS:
-                self.walk(p, replace(ctx, condition=True) if cond else ctx)
+            for b in body:
+                self.walk(b, ctx)
+            if taken is True:
+                return
+
+    def _test_value(self, conds: list[Node], ctx: Ctx) -> bool | None:
+        """The value of a condition that is one `[ ... ]` / `[[ ... ]]` over known words, else None."""
+        if len(conds) != 1 or conds[0].type != "test_command" or ctx.loop is not None:
+            return None  # (a loop's later rounds may take the other branch)
+        inner = named(conds[0])
+        if len(inner) != 1:
+            return None
+        expr = inner[0]
+        if expr.type == "binary_expression":
+            left, right = expr.child_by_field_name("left"), expr.child_by_field_name("right")
+            op = expr.child_by_field_name("operator")
+            if left is None or right is None or op is None:
+                return None
+            a, b = self._expand(left, ctx, split=False), self._expand(right, ctx, split=False)
+            glob = conds[0].children[0].type == "[[" and right.type not in ("string", "raw_string")
+            return test_binary(a, ctx.src.text_of(op), b, glob)
+        if expr.type == "unary_expression":
+            kids = [c for c in expr.children]
+            if len(kids) != 2 or ctx.src.text_of(kids[0]) not in ("-n", "-z"):
+                return None
+            word = self._expand(kids[1], ctx, split=False)
+            if not word.known or word.varies:
+                return None
+            return (word.value != "") == (ctx.src.text_of(kids[0]) == "-n")
+        return None
 
     # -- words ------------------------------------------------------------
     def _expand(self, node: Node, ctx: Ctx, split: bool = True) -> Expansion:
+        line = ctx.src.line(ctx.src.start(node))
+
+        def assign(name: str, pieces: tuple[Piece, ...], known: bool) -> None:  # `: "${NGPUS:=4}"`
+            old = ctx.state.vars.get(name)
+            value = "".join(p.text for p in pieces)
+            ctx.state.vars[name] = EnvVar(name, value if known else None, value,
+                                          Site(ctx.src.path, line, ctx.src.line_text(line)),
+                                          exported=old is not None and old.exported, pieces=pieces)
+
         return Expander(ctx.src, ctx.state.vars.get, ctx.state.args, split=split, per_task=ctx.state.per_task,
-                        home=self.home, cwd=ctx.state.cwd).expand(node)
+                        home=self.home, cwd=ctx.state.cwd, assign=assign).expand(node)
 
     def _assign(self, node: Node, ctx: Ctx, export: bool | None) -> EnvVar | None:
         """A `NAME=value` / `NAME+=value` / `NAME=(items)` node, evaluated now."""
@@ -341,10 +382,12 @@ class ShellWalker(Links):
         inline = [v for a in prefix if (v := self._assign(a, ctx, None)) is not None]
         words: list[Word] = []
         word_lines: list[tuple[str, int]] = []
+        refs: list[str] = []
         for w in word_nodes:
             exp = self._expand(w, ctx)
             words.extend(exp.words(src.node_span(w)))
             word_lines.append((src.text_of(w), src.line(src.start(w))))
+            refs.extend(exp.refs)
         end = src.end(node)
         if extra_end is not None and extra_end > end:  # `python - <<EOF`: tree-sitter drops the `-`
             for m in re.finditer(r"\S+", src.text[end:extra_end]):
@@ -369,13 +412,17 @@ class ShellWalker(Links):
         env = {k: v for k, v in ctx.state.vars.items() if v.exported}
         for var in inline:
             env[var.name] = replace(var, exported=True)
+        before_clear = env
         for op in env_ops:
             if op[0] == "clear":
-                env = {}
+                before_clear, env = env, {}
+            elif op[0] == "keep":
+                if op[1] in before_clear:
+                    env[op[1]] = before_clear[op[1]]
             elif op[0] == "unset":
                 env.pop(op[1], None)
             else:
-                env[op[1]] = var = self._env_word(op[1], words[int(op[3])], ctx)
+                env[op[1]] = var = self._env_word(op[1], words[int(op[3])], int(op[4]), int(op[5]), ctx)
                 inline.append(var)
         per_task = ctx.state.per_task or any(w.name in TASK_WRAPPERS for w in wrappers)
         if rest and self._nested_shell(rest_words, wrappers, env, ctx, site):
@@ -404,7 +451,8 @@ class ShellWalker(Links):
             condition=ctx.condition, per_task=per_task, flow=ctx.flow, order=self._order,
             words=tuple(word_lines), end_line=end_line, argv_words=tuple(words), span=src.span(start, end),
             parent=ctx.state.parent, cwd=ctx.state.cwd,
-            statement_line=ctx.top[1] if ctx.top is not None and ctx.top[0] == src.path else line)
+            statement_line=ctx.top[1] if ctx.top is not None and ctx.top[0] == src.path else line,
+            shell_refs=tuple(dict.fromkeys(n for n in refs if n in ctx.state.vars and not ctx.state.vars[n].exported)))
         self.commands.append(cmd)
         if launch is not None and launch.spawner is not None and launch.spawner.no_python and launch.inner is None:
             self._workers(cmd, rest_words, launch, ctx)
@@ -415,23 +463,24 @@ class ShellWalker(Links):
             self.walk(body, replace(ctx, src=def_src, state=state, depth=ctx.depth + 1))
             ctx.state.vars.update({k: v for k, v in state.vars.items()})
 
-    def _env_word(self, name: str, word: Word, ctx: Ctx) -> EnvVar:
-        """`env NAME=value`: the value's characters after the `=`, with their spans."""
-        value = word.text.split("=", 1)[1]
+    def _env_word(self, name: str, word: Word, start: int, end: int, ctx: Ctx) -> EnvVar:
+        """`env NAME=value`, `srun --export=ALL,NAME=value`: the value, word.text[start:end], with the
+        spans of its characters."""
+        value = word.text[start:end]
         pieces: list[Piece] = []
-        skip = len(name) + 1
+        pos = 0
         for p in word.pieces:
-            if skip >= len(p.text):
-                skip -= len(p.text)
+            a, b = max(start - pos, 0), min(end - pos, len(p.text))
+            pos += len(p.text)
+            if a >= b:
                 continue
-            if skip:
-                p = Piece(p.text[skip:], sub_span(p.span, p.text, skip, len(p.text)) if p.span else None)
-                skip = 0
+            if (a, b) != (0, len(p.text)):
+                p = Piece(p.text[a:b], sub_span(p.span, p.text, a, b) if p.span else None)
             pieces.append(p)
         src_span = Word(value, word.span, tuple(pieces)).source
         site = Site(ctx.src.path, word.span.line, ctx.src.line_text(word.span.line))
         varies = word.varies or (ctx.state.per_task and name in RANK_VARS)
-        return EnvVar(name, value if word.known else None, word.text.split("=", 1)[1], site, True, (), varies,
+        return EnvVar(name, value if word.known else None, value, site, True, (), varies,
                       pieces=tuple(pieces), span=src_span)
 
     def _builtin(self, argv: list[str], words: list[Word], ctx: Ctx, site: Site) -> bool:
@@ -468,6 +517,41 @@ class ShellWalker(Links):
                     self.files[ctx.src.path] = replace(f, module_loads=f.module_loads + (site,))
             return False
         return False
+
+def _clause_parts(clause: Node) -> tuple[list[Node], list[Node]]:
+    """(condition statements, body statements) of an `if_statement` or `elif_clause`."""
+    conds: list[Node] = []
+    body: list[Node] = []
+    in_body = False
+    for p in clause.children:
+        if not p.is_named:
+            in_body = in_body or p.type == "then"
+            continue
+        if in_body and p.type in STATEMENTS:
+            body.append(p)
+        elif not in_body and p.type != "comment":
+            conds.append(p)
+    return conds, body
+
+
+def test_binary(a: Expansion, op: str, b: Expansion, glob: bool) -> bool | None:
+    """`[ A op B ]` on known words: string (in)equality (a pattern inside `[[ ]]`), integer comparisons."""
+    if not (a.known and b.known) or a.varies or b.varies:
+        return None
+    x, y = a.value, b.value
+    if op in ("=", "=="):
+        return fnmatch.fnmatchcase(x, y) if glob else x == y
+    if op == "!=":
+        return not fnmatch.fnmatchcase(x, y) if glob else x != y
+    ints = {"-eq": int.__eq__, "-ne": int.__ne__, "-gt": int.__gt__, "-lt": int.__lt__, "-ge": int.__ge__,
+            "-le": int.__le__}
+    if op in ints:
+        try:
+            return bool(ints[op](int(x.strip()), int(y.strip())))
+        except ValueError:
+            return None
+    return None
+
 
 def case_match(subject: str, patterns: list[Expansion], quoted: list[bool]) -> bool | None:
     """Whether `subject` matches one of a case arm's patterns (bash globs; quoted ones literally);
