@@ -5,7 +5,8 @@ torchtitan's run_train.sh (`${CONFIG_FILE:-...}`, `overrides="$*"`, `-m torchtit
 wrapper mapping SLURM_PROCID to RANK, an MPI per-rank Score-P wrapper picking its rank from
 OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID, a job array taking its config from a bash array,
 `case "$MODE"` with MODE set above, `if [ "$PROFILE" = 1 ]` choosing the launcher in a variable,
-`srun --export=ALL,NAME=value`, `mpirun -np 4 -x ... python -m scorep`, a shell function around srun, accelerate, nanoGPT, deepspeed,
+`srun --export=ALL,NAME=value`, `mpirun -np 4 -x ... python -m scorep`, a per-task script the job writes with a here-document,
+`export $(grep -v '^#' scorep.env | xargs)`, a shell function around srun, accelerate, nanoGPT, deepspeed,
 a C-style per-rank loop, HF Trainer arguments in an array and a string, a two-node torchrun
 rendezvous with a `--no-python` wrapper, `cd "$SLURM_SUBMIT_DIR"` + `module load`.
 
@@ -49,6 +50,9 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "if_profile_switch": {"SCP002": {("job.sh", 24), ("job.sh", 10)}, "SCP005": {("job.sh", 10)}},
     "srun_export": {"SCP003": {("job.sh", 16)}},  # srun --export=ALL,SCOREP_TOTAL_MEMORY=4G
     "mpirun_direct": {"SCP006": {("job.sh", 16)}},
+    # the per-task script the job writes with `cat > task.sh <<'EOF'` and runs with srun
+    "heredoc_wrapper": {"SCP005": {("job.sh", 22)}},
+    "dotenv_export": {"SCP003": {("scorep.env", 3)}},  # export $(grep -v '^#' scorep.env | xargs)
 }
 
 # folder -> text the fixed folder must hold (each edit where the value is set, and only there)
@@ -68,6 +72,8 @@ AFTER: dict[str, list[tuple[str, str]]] = {
                         ("run_ranks.sh", "debug_model.toml $overrides &")],
     "accelerate_launch": [("launch.sh", "\nACCELERATE_MIXED_PRECISION=bf16 bash ./run_ranks.sh\n"),
                           ("run_ranks.sh", "python -m scorep --cuda train_accel.py --epochs 2 &")],
+    "heredoc_wrapper": [("job.sh", "exec python -m scorep --cuda train.py --epochs 1\nEOF\n")],
+    "dotenv_export": [("scorep.env", "SCOREP_TOTAL_MEMORY=3500M\n")],
     "deepspeed_gpus": [("run_ranks.sh", "python -m scorep --cuda train_ds.py \\\n                --local_rank=$rank")],
     "submit_dir_memory": [("job.slurm", "export SCOREP_TOTAL_MEMORY=3500M\n")],
     "if_profile_switch": [("job.sh", 'LAUNCH="python -m scorep --cuda --mpp=none"\n'), ("job.sh", "LAUNCH=python\n")],

@@ -388,3 +388,16 @@ def test_a_default_assignment_sets_the_variable_for_later_lines(tmp_path: Path) 
     (cmd,) = [c for c in job_of(tmp_path).commands if c.launch is not None]
     assert cmd.launch is not None and cmd.launch.spawner is not None
     assert cmd.launch.spawner.nproc == 4 and "--master_port=29500" in cmd.argv and cmd.argv[-1] == "run-4"
+
+
+def test_arithmetic_defaults_and_an_export_of_a_command_output(tmp_path: Path) -> None:
+    write_job(tmp_path, {"run.sh": """
+        export $(curl -s http://config.local/env)
+        NUM=$(( ${SLURM_GPUS_ON_NODE:-2} * ${SLURM_NNODES:-1} ))
+        torchrun --nproc_per_node=$NUM train.py
+        """})
+    job = job_of(tmp_path)
+    (cmd,) = [c for c in job.commands if c.launch is not None]
+    assert cmd.launch is not None and cmd.launch.spawner is not None and cmd.launch.spawner.nproc == 2
+    (note,) = [n for n in job.notes if n.kind == "unresolved"]
+    assert note.line == 1 and "curl" in note.text and "only known when the job runs" in note.text

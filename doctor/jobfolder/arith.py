@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from collections.abc import Callable
 
 from doctor.jobfolder.model import EnvVar
+
+_DEFAULT_RE = re.compile(r"\$\{([A-Za-z_]\w*)(:?)-(\d+)\}")
 
 
 class _Unknown(Exception):
@@ -22,7 +25,14 @@ _OPS: dict[type, Callable[[int, int], int]] = {
 
 def arith(expr: str, lookup: Callable[[str], EnvVar | None]) -> int:
     """Integer arithmetic as in `$(( ))`, over variables with known integer values."""
-    text = expr.replace("$", "").replace("{", "").replace("}", "").strip()
+    def default(m: re.Match[str]) -> str:  # `${N:-4}`: N's value when set and not empty, else 4
+        var = lookup(m.group(1))
+        if var is None or (var.value == "" and m.group(2)):
+            return m.group(3)
+        return m.group(1)
+
+    text = _DEFAULT_RE.sub(default, expr)
+    text = text.replace("$", "").replace("{", "").replace("}", "").strip()
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError:

@@ -1,6 +1,7 @@
 """The links between scripts the walker follows: scripts a script runs (`bash x.sh args`, `./x.sh`,
-`bash -c '...'`), files it sources, the wrapper script `torchrun --no-python` runs in every worker,
-and `-m pkg.mod` as a file. Where a link leaves the job folder it is noted, not read.
+`bash -c '...'`), files it sources (and `export $(grep -v '^#' vars.env | xargs)`), the wrapper
+script `torchrun --no-python` runs in every worker, a script the job writes with a here-document
+and runs later, and `-m pkg.mod` as a file. Where a link leaves the job folder it is noted, not read.
 """
 
 from __future__ import annotations
@@ -12,10 +13,14 @@ from dataclasses import replace
 from typing import Any
 
 from doctor.jobfolder import argv as argvmod
-from doctor.jobfolder.model import TASK_WRAPPERS, Command, EnvVar, Note, Site, Word, Wrapper
+from doctor.jobfolder.expand import Expansion
+from doctor.jobfolder.loops import words_of
+from doctor.jobfolder.model import TASK_WRAPPERS, Command, EnvVar, Note, Site, Span, Word, Wrapper
 from doctor.jobfolder.reading import inside
 from doctor.jobfolder.state import Ctx, ShellState
+from doctor.jobfolder.syntax import Node, Source
 
+MAX_DEPTH = 8  # scripts, functions and wrappers followed into one another
 SHELL_NAMES = {"bash", "sh", "zsh", "dash", "ksh"}
 # What torchrun / accelerate / deepspeed give every worker they start.
 WORKER_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -29,12 +34,21 @@ class Links:
     notes: list[Note]
     referenced: set[str]
     exists: Callable[[str], bool]
+    generated: dict[str, Span]  # scripts the job writes with `cat > x.sh <<'EOF'`
+    _texts_generated: dict[str, str]
+    _running: set[str]
 
     def run_file(self, path: str, state: ShellState, flow: int, role: str, depth: int = 0,
                  wrappers: tuple[Wrapper, ...] = ()) -> None:
         raise NotImplementedError
 
     def run_string(self, word: Word, ctx: Ctx) -> None:
+        raise NotImplementedError
+
+    def walk(self, node: Node, ctx: Ctx) -> None:
+        raise NotImplementedError
+
+    def _expand(self, node: Node, ctx: Ctx, split: bool = True) -> Expansion:
         raise NotImplementedError
 
     def _workers(self, cmd: Command, rest: list[Word], launch: Any, ctx: Ctx) -> None:
@@ -47,16 +61,19 @@ class Links:
         if argvmod.base(target.text) in SHELL_NAMES and args:
             target, args = args[0], args[1:]
         path = self.resolve(target.text, ctx.state.cwd)
+        env = dict(cmd.env)
+        for name in WORKER_VARS:
+            env[name] = EnvVar(name, None, f"<set by {argvmod.base(launch.interpreter)}>", None, True,
+                               varies=name in ("RANK", "LOCAL_RANK", "GROUP_RANK"))
+        if path is not None and self.run_generated(path, ShellState(env, ctx.state.cwd, False, {}, True, tuple(args),
+                                                                    cmd), ctx, ()):
+            return
         if path is None or path.endswith(".py") or not self.exists(path):
             return
         if self.root is not None and not inside(path, self.root):
             self.notes.append(Note(cmd.site.file, f"torchrun runs {target.text!r}, outside the job folder; "
                                                   "not read", cmd.site.line, "outside"))
             return
-        env = dict(cmd.env)
-        for name in WORKER_VARS:
-            env[name] = EnvVar(name, None, f"<set by {argvmod.base(launch.interpreter)}>", None, True,
-                               varies=name in ("RANK", "LOCAL_RANK", "GROUP_RANK"))
         state = ShellState(env, ctx.state.cwd, False, {}, True, tuple(args), cmd)
         self.referenced.add(path)
         self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, ())
@@ -128,6 +145,8 @@ class Links:
 
     def _child(self, target: Word, state: ShellState, wrappers: list[Wrapper], ctx: Ctx, site: Site) -> bool:
         path = self.resolve(target.text, ctx.state.cwd) if target.known else None
+        if path is not None and self.run_generated(path, state, ctx, tuple(wrappers)):
+            return True
         if path is None or not self.exists(path) or path.endswith(".py"):
             return False
         if self.root is not None and not inside(path, self.root):
@@ -137,3 +156,60 @@ class Links:
         self.referenced.add(path)
         self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, tuple(wrappers))
         return True
+
+    def _written_script(self, node: Node, body: Node, heredoc: Node, hb: Node, ctx: Ctx) -> None:
+        """`cat > rank.sh <<'EOF' ... EOF`: the job writes a script it runs later; remember its text
+        (where it is written, so its words keep their spans). Only a quoted delimiter (or a body
+        without expansions) is kept as written: otherwise the shell expands it at write time."""
+        names = words_of(body) if body.type == "command" else []
+        if not names or ctx.src.text_of(names[0]) not in ("cat", "tee"):
+            return
+        start = next((c for c in heredoc.children if c.type == "heredoc_start"), None)
+        text = ctx.src.text_of(hb)
+        if start is None or not (ctx.src.text_of(start)[:1] in ("'", '"', "\\") or not re.search(r"[$`]", text)):
+            return
+        for redirect in (c for c in node.children if c.type == "file_redirect"):
+            dest = redirect.child_by_field_name("destination")
+            if dest is not None and any(c.type in (">", ">|") for c in redirect.children):
+                target = self._expand(dest, ctx, split=False)
+                path = self.resolve(target.value, ctx.state.cwd) if target.known else None
+                if path is not None:
+                    self.generated[path] = ctx.src.node_span(hb)
+                    self._texts_generated[path] = text
+
+    def run_generated(self, path: str, state: ShellState, ctx: Ctx, wrappers: tuple[Wrapper, ...]) -> bool:
+        """Walk a script the job wrote with a here-document (see `_written_script`), where it is written."""
+        span = self.generated.get(path)
+        if span is None or path in self._running or ctx.depth >= MAX_DEPTH:
+            return False
+        src = Source(span.file, self._texts_generated[path], span.line - 1, span.start, span.col - 1)
+        self._running.add(path)
+        try:
+            self.walk(src.root, Ctx(src, state, ctx.flow, ctx.depth + 1, wrappers=wrappers))
+        finally:
+            self._running.discard(path)
+        return True
+
+    def _export_file(self, node: Node, ctx: Ctx) -> None:
+        """`export $(grep -v '^#' .env | xargs)`, `export $(cat vars.env | xargs)`: the file's
+        `NAME=value` lines, read as `set -a; source FILE` reads them; any other `$(...)` is noted."""
+        src = ctx.src
+        line = src.line(src.start(node))
+        site = Site(src.path, line, src.line_text(line))
+        m = _EXPORT_FILE_RE.fullmatch(src.text_of(node)[2:-1].strip()) if src.text_of(node).startswith("$(") else None
+        if m is None:
+            self.notes.append(Note(src.path, f"exports what {src.text_of(node)!r} prints, which is only known when "
+                                             "the job runs; not followed", line, "unresolved"))
+            return
+        name = next(g for g in m.groups() if g)
+        saved = ctx.state.allexport
+        ctx.state.allexport = True
+        try:
+            self._source(Word(name, src.node_span(node), (), known="$" not in name), [], ctx, site)
+        finally:
+            ctx.state.allexport = saved
+
+
+# what `export $(...)` reads a variables file with: cat F, grep -v '^#' F, xargs < F (then `| xargs`)
+_EXPORT_FILE_RE = re.compile(r"""(?:cat\s+([\w./-]+)|grep\s+-v\s+['"]?\^#['"]?\s+([\w./-]+)|xargs\s*<\s*([\w./-]+))"""
+                             r"""(?:\s*\|\s*xargs(?:\s+-0)?)?""")

@@ -13,15 +13,15 @@ noted, never guessed.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
 
 from doctor.jobfolder import argv as argvmod
+from doctor.jobfolder.branches import Branches, clause_parts
 from doctor.jobfolder.expand import RANK_VARS, Expander, Expansion, sub_span
-from doctor.jobfolder.links import Links
+from doctor.jobfolder.links import MAX_DEPTH, Links
 from doctor.jobfolder.loops import cfor_count, items_count, words_of
 from doctor.jobfolder.model import (
     TASK_WRAPPERS,
@@ -42,11 +42,10 @@ from doctor.jobfolder.sbatch import sbatch_options
 from doctor.jobfolder.state import Ctx, ShellState
 from doctor.jobfolder.syntax import Node, Source, named
 
-MAX_DEPTH = 8
 MAX_NESTING = 100  # statements nested deeper (3000 nested `if`s) are noted, not walked
 
 
-class ShellWalker(Links):
+class ShellWalker(Links, Branches):
     """Walks job scripts; collects commands, shell files and notes."""
 
     def __init__(self, root: str | None, read: Callable[[str], FileSource], notes: list[Note],
@@ -63,6 +62,8 @@ class ShellWalker(Links):
         self._cache: dict[str, list[Source] | None] = {}
         self._running: set[str] = set()
         self._texts: dict[str, str] = {}
+        self.generated: dict[str, Span] = {}  # scripts the job writes with `cat > x.sh <<'EOF'`
+        self._texts_generated: dict[str, str] = {}
 
     # -- files ------------------------------------------------------------
     def load(self, path: str, role: str = "job") -> list[Source] | None:
@@ -157,34 +158,6 @@ class ShellWalker(Links):
             if name is not None and body is not None:
                 ctx.state.functions[ctx.src.text_of(name)] = (body, ctx.src)
 
-    def _case_arms(self, node: Node, ctx: Ctx) -> list[Node]:
-        """The arms of `case WORD in ...` that run: the matching one(s) when WORD and the patterns
-        are known (`MODE=profile` above), else every arm (each one may be the one that runs)."""
-        items = [c for c in named(node) if c.type == "case_item"]
-        subject = node.child_by_field_name("value")
-        if subject is None or ctx.loop is not None:  # a loop's later rounds may take other arms
-            return items
-        word = self._expand(subject, ctx, split=False)
-        if not word.known or word.varies:
-            return items
-        chosen: list[Node] = []
-        falling = False
-        for item in items:
-            if not falling:
-                matched = case_match(word.value, [self._expand(p, ctx, split=False)
-                                                  for p in item.children_by_field_name("value")],
-                                     [p.type in ("string", "raw_string") for p in item.children_by_field_name("value")])
-                if matched is None:
-                    return items
-                if not matched:
-                    continue
-            chosen.append(item)
-            end = item.children[-1].type if item.children else ";;"
-            falling = end == ";&"
-            if end not in (";&", ";;&"):
-                break
-        return chosen
-
     def _block(self, node: Node, ctx: Ctx, skip_patterns: bool = False) -> None:
         kids = list(node.children)
         past_patterns = not skip_patterns
@@ -208,6 +181,7 @@ class ShellWalker(Links):
         if heredoc is not None:
             hb = next((c for c in heredoc.children if c.type == "heredoc_body"), None)
             if hb is not None:
+                self._written_script(node, body, heredoc, hb, ctx)
                 ctx = replace(ctx, heredoc=(ctx.src.text_of(hb), ctx.src.line(ctx.src.start(hb)),
                                             ctx.src.node_span(hb)))
             if body.type == "command":
@@ -258,7 +232,7 @@ class ShellWalker(Links):
             if clause.type == "else_clause":
                 self._block(clause, ctx)
                 return
-            conds, body = _clause_parts(clause)
+            conds, body = clause_parts(clause)
             for c in conds:
                 self.walk(c, replace(ctx, condition=True))
             taken = self._test_value(conds, ctx)
@@ -268,32 +242,6 @@ class ShellWalker(Links):
                 self.walk(b, ctx)
             if taken is True:
                 return
-
-    def _test_value(self, conds: list[Node], ctx: Ctx) -> bool | None:
-        """The value of a condition that is one `[ ... ]` / `[[ ... ]]` over known words, else None."""
-        if len(conds) != 1 or conds[0].type != "test_command" or ctx.loop is not None:
-            return None  # (a loop's later rounds may take the other branch)
-        inner = named(conds[0])
-        if len(inner) != 1:
-            return None
-        expr = inner[0]
-        if expr.type == "binary_expression":
-            left, right = expr.child_by_field_name("left"), expr.child_by_field_name("right")
-            op = expr.child_by_field_name("operator")
-            if left is None or right is None or op is None:
-                return None
-            a, b = self._expand(left, ctx, split=False), self._expand(right, ctx, split=False)
-            glob = conds[0].children[0].type == "[[" and right.type not in ("string", "raw_string")
-            return test_binary(a, ctx.src.text_of(op), b, glob)
-        if expr.type == "unary_expression":
-            kids = [c for c in expr.children]
-            if len(kids) != 2 or ctx.src.text_of(kids[0]) not in ("-n", "-z"):
-                return None
-            word = self._expand(kids[1], ctx, split=False)
-            if not word.known or word.varies:
-                return None
-            return (word.value != "") == (ctx.src.text_of(kids[0]) == "-n")
-        return None
 
     # -- words ------------------------------------------------------------
     def _expand(self, node: Node, ctx: Ctx, split: bool = True) -> Expansion:
@@ -357,7 +305,9 @@ class ShellWalker(Links):
         opts = [src.text_of(c) for c in node.children if c.type == "word" and src.text_of(c).startswith("-")]
         export = head == "export" or any("x" in o for o in opts if o.startswith("-"))
         for c in named(node):
-            if c.type == "variable_assignment":
+            if c.type == "command_substitution" and export:
+                self._export_file(c, ctx)
+            elif c.type == "variable_assignment":
                 var = self._assign(c, ctx, export)
                 if var is not None:
                     ctx.state.vars[var.name] = var
@@ -517,52 +467,6 @@ class ShellWalker(Links):
                     self.files[ctx.src.path] = replace(f, module_loads=f.module_loads + (site,))
             return False
         return False
-
-def _clause_parts(clause: Node) -> tuple[list[Node], list[Node]]:
-    """(condition statements, body statements) of an `if_statement` or `elif_clause`."""
-    conds: list[Node] = []
-    body: list[Node] = []
-    in_body = False
-    for p in clause.children:
-        if not p.is_named:
-            in_body = in_body or p.type == "then"
-            continue
-        if in_body and p.type in STATEMENTS:
-            body.append(p)
-        elif not in_body and p.type != "comment":
-            conds.append(p)
-    return conds, body
-
-
-def test_binary(a: Expansion, op: str, b: Expansion, glob: bool) -> bool | None:
-    """`[ A op B ]` on known words: string (in)equality (a pattern inside `[[ ]]`), integer comparisons."""
-    if not (a.known and b.known) or a.varies or b.varies:
-        return None
-    x, y = a.value, b.value
-    if op in ("=", "=="):
-        return fnmatch.fnmatchcase(x, y) if glob else x == y
-    if op == "!=":
-        return not fnmatch.fnmatchcase(x, y) if glob else x != y
-    ints = {"-eq": int.__eq__, "-ne": int.__ne__, "-gt": int.__gt__, "-lt": int.__lt__, "-ge": int.__ge__,
-            "-le": int.__le__}
-    if op in ints:
-        try:
-            return bool(ints[op](int(x.strip()), int(y.strip())))
-        except ValueError:
-            return None
-    return None
-
-
-def case_match(subject: str, patterns: list[Expansion], quoted: list[bool]) -> bool | None:
-    """Whether `subject` matches one of a case arm's patterns (bash globs; quoted ones literally);
-    None when a pattern is only known when the job runs."""
-    for pattern, literal in zip(patterns, quoted, strict=True):
-        if not pattern.known:
-            return None
-        if subject == pattern.value if literal else fnmatch.fnmatchcase(subject, pattern.value):
-            return True
-    return False
-
 
 def _inside_quotes(src: Source, node: Node) -> Span:
     """The span of a value as written, inside its quotes when the whole value is one quoted string."""
