@@ -26,6 +26,7 @@ from doctor.case import Case
 FACT_MODULES = (
     "doctor.probes.node",
     "doctor.probes.p2p",
+    "doctor.probes.network",
     "doctor.jobfolder.facts",
     "doctor.artifacts.facts",
 )

@@ -106,11 +106,14 @@ class MultiNodeSlurm(LocalSlurm):
     """node1..node3, partition `debug`, optional Prolog; clients run here against 10.213.0.1."""
 
     def __init__(self, root: Path, prolog: Path | None = None, prolog_timeout: int = 60,
-                 cpus: int = 2, scratch: Path | None = None) -> None:
+                 cpus: int = 2, scratch: Path | None = None, slurmd_timeout: int = 300) -> None:
         """`scratch`: a folder that is node-local on every node (a tmpfs of its own per node,
-        in each slurmd's mount namespace), like /scratch or /tmp on a real cluster."""
+        in each slurmd's mount namespace), like /scratch or /tmp on a real cluster.
+        `slurmd_timeout`: SlurmdTimeout, how long slurmctld waits for a silent slurmd before it
+        sets the node DOWN and fails its jobs (Slurm's default 300 s)."""
         super().__init__(root, prolog=prolog, prolog_timeout=prolog_timeout, cpus=cpus)
         self.scratch = scratch
+        self.slurmd_timeout = slurmd_timeout
         self.host = NODES[0]
         self.nodes = NODES
         self.ns_inodes: dict[str, int] = {}
@@ -177,6 +180,7 @@ SlurmdLogFile={r}/log/slurmd.%n.log
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 InactiveLimit=0
+SlurmdTimeout={self.slurmd_timeout}
 KillWait=2
 MinJobAge=300
 {prolog}NodeName=node[1-3] NodeAddr={SUBNET}.[11-13] CPUs={self.cpus} State=UNKNOWN

@@ -159,6 +159,8 @@ rank = int(os.environ["RANK"])
 print(f"rank {rank} of {os.environ['WORLD_SIZE']} on node {os.environ.get('SLURMD_NODENAME')} "
       f"procid {os.environ.get('SLURM_PROCID')} local {os.environ.get('LOCAL_RANK')} "
       f"master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
+print(f"sockets gloo {os.environ.get('GLOO_SOCKET_IFNAME', '-')} nccl {os.environ.get('NCCL_SOCKET_IFNAME', '-')}",
+      flush=True)
 import torch
 import torch.distributed as dist
 dist.init_process_group("gloo")

@@ -102,7 +102,7 @@ def test_srun_command_runs_one_instrumented_task_per_rank(tmp_path: Path) -> Non
         "srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--distribution=block",
         "--kill-on-bad-exit=0", "--label", "--unbuffered", f"--chdir={tmp_path}",
         "--export=ALL,MASTER_ADDR=node01,MASTER_PORT=29712,SCOREP_TOTAL_MEMORY=256M"]
-    assert cmd[task + 1:] == ["--rendezvous-timeout", "300", "--warmup-python", "/opt/py/bin/python", "--warmup-budget", "300",
+    assert cmd[task + 1:] == ["--rendezvous-timeout", "300", "--socket-ifname", "auto", "--warmup-python", "/opt/py/bin/python", "--warmup-budget", "300",
                               "--require-cuda", "--", "/opt/py/bin/python", "-m", "scorep", "--cuda",
                               "train.py", "--max_steps", "50"]
 

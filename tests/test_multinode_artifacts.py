@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from launch_util import fake_scorep_env
-from multinode_cluster import IFNAME, MultiNodeSlurm, three_nodes
+from multinode_cluster import MultiNodeSlurm, three_nodes
 from slurm_util import DDP_JOB, PYTHON, job_env, write_exec
 
 pytest.importorskip("torch")
@@ -40,7 +40,6 @@ def test_art003_names_the_node_whose_ranks_left_no_experiment_folder(
 # Stage the run on node-local scratch, once per node: the fast disk.
 RUN="$SCRATCH/run-$SLURM_JOB_ID"
 srun --ntasks-per-node=1 bash -c "mkdir -p $RUN && cp train.py $RUN/"
-export GLOO_SOCKET_IFNAME={IFNAME}
 {PYTHON} -m doctor launch --plain --no-warmup --instrument scorep --scorep-flags=--thread=pthread \\
     --workdir "$RUN" --run-dir "$PWD/run" -- train.py --steps 2
 """)

@@ -4,6 +4,10 @@ Every node is its own network namespace with its own address (10.213.0.11-13) an
 MASTER_ADDR=localhost cannot work by accident here. The ranks are CPU `gloo` DDP processes
 under the Score-P stand-in (tests/fake_scorep), which creates each rank's experiment folder.
 A fresh cluster per test; after each, no process, namespace or bridge of it may be left.
+
+Node names do not resolve here (no /etc/hosts entry, no DNS), so gloo left alone binds every
+rank to 127.0.0.1 and the ranks on node2 never reach node1: the jobs set no GLOO_SOCKET_IFNAME,
+gpu-doctor launch must find each node's interface itself.
 """
 
 from __future__ import annotations
@@ -36,8 +40,6 @@ def launch_job(folder: Path, launch_args: str, nodes: int = 2, per_node: int = 2
 #SBATCH --job-name=ddp-2n
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node={per_node}
-# gloo picks its interface from the hostname, which does not resolve here; name it.
-export GLOO_SOCKET_IFNAME={IFNAME}
 exec {PYTHON} -m doctor launch --plain {launch_args} --run-dir "$PWD/run" -- job.py --steps 2
 """)
 
@@ -80,6 +82,20 @@ def test_launch_over_two_nodes_uses_the_first_nodes_address_and_a_folder_per_ran
     assert sorted(r["env"]["SCOREP_EXPERIMENT_DIRECTORY"] for r in records) == \
         [f"scorep_rank_{r}" for r in range(4)]
     assert "File does already exist" not in out
+    # The socket interface: said in the plan, found per node from its route to node1, set for every rank.
+    assert (f"socket interface: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME set per node to the interface of "
+            f"its route to {master}") in out, out
+    assert plan["spec"]["socket_ifname"] == "auto"
+    for rank, node in ((0, first), (1, first), (2, second), (3, second)):
+        log = (job_dir / "run" / f"rank_{rank}.log").read_text()
+        assert f"sockets gloo {IFNAME} nccl {IFNAME}" in log, log
+        said = re.search(rf"^gpu-doctor: socket interface for rank {rank} on {node}: {IFNAME} "
+                         rf"\(the route to {master} leaves from {node_address(node)}\): "
+                         rf"GLOO_SOCKET_IFNAME={IFNAME} NCCL_SOCKET_IFNAME={IFNAME}; without it: "
+                         rf"hostname {node} does not resolve: gloo binds to 127\.0\.0\.1 \(its fallback\), "
+                         rf"which the other nodes cannot reach; {master} is reached through {IFNAME} "
+                         rf"\({node_address(node)}\)$", log, re.M)
+        assert said, log
     for rank in range(4):
         assert (job_dir / f"scorep_rank_{rank}" / "MANIFEST.md").exists()
 
@@ -87,11 +103,13 @@ def test_launch_over_two_nodes_uses_the_first_nodes_address_and_a_folder_per_ran
 def test_launch_under_salloc_from_outside_the_nodes_reaches_the_first_node(
         cluster: MultiNodeSlurm, tmp_path: Path) -> None:
     """`salloc -N 2 gpu-doctor launch ...` typed on a login node (here: the host, outside every
-    node's namespace): the launcher runs there, the ranks on the two nodes."""
+    node's namespace): the launcher runs there, the ranks on the two nodes. The user's own
+    NCCL_SOCKET_IFNAME stays as it is; GLOO_SOCKET_IFNAME, which they did not set, is each
+    node's own interface (not the login node's route: the host reaches the nodes via gdmn0)."""
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     (job_dir / "job.py").write_text(DDP_JOB)
-    env = job_env({"GLOO_SOCKET_IFNAME": IFNAME})
+    env = job_env({"NCCL_SOCKET_IFNAME": "^docker,lo"})
     proc = cluster.run("salloc", "--nodes=2", "--ntasks-per-node=1", f"--chdir={job_dir}",
                        PYTHON, "-m", "doctor", "launch", "--plain", "--no-warmup", "--workdir", str(job_dir),
                        "--run-dir", str(job_dir / "run"), "--", "job.py", "--steps", "1",
@@ -100,7 +118,13 @@ def test_launch_under_salloc_from_outside_the_nodes_reaches_the_first_node(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     master = node_address("node1")
     assert f"rendezvous {master}:" in proc.stderr
+    assert ("socket interface: GLOO_SOCKET_IFNAME set per node to the interface of its route to "
+            f"{master} (the job's own NCCL_SOCKET_IFNAME=^docker,lo stays)") in proc.stderr, proc.stderr
     for rank, node in ((0, "node1"), (1, "node2")):
         log = (job_dir / "run" / f"rank_{rank}.log").read_text()
         assert f"rank {rank} of 2 on node {node} procid {rank} local 0 master {master}:" in log, log
         assert f"rank {rank} done" in log
+        assert f"sockets gloo {IFNAME} nccl ^docker,lo" in log, log
+        assert (f"gpu-doctor: socket interface for rank {rank} on {node}: {IFNAME} (the route to {master} "
+                f"leaves from {node_address(node)}): GLOO_SOCKET_IFNAME={IFNAME}; the job's own "
+                "NCCL_SOCKET_IFNAME=^docker,lo stays; without it:") in log, log

@@ -66,9 +66,19 @@ def build_parser() -> Parser:
                    help="after the first rank joins the rendezvous, how long the others may take; 0 = off")
     p.add_argument("--master-addr", type=host_address, default="127.0.0.1", metavar="A")
     p.add_argument("--master-port", type=port_number, metavar="P", help="default: a free port")
+    p.add_argument("--socket-ifname", type=socket_ifname, default="auto", metavar="IF",
+                   help="across nodes: GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME for the ranks that do not "
+                        "set them: auto (each node's route to MASTER_ADDR, the default), off, or a name")
     p.add_argument("--plain", action="store_true", help="plain line output even on a terminal")
     p.add_argument("--quiet", "-q", action="store_true", help="do not echo rank output (logs keep it)")
     return p
+
+
+def socket_ifname(text: str) -> str:
+    """An interface name as gloo and NCCL take it (`eth0`, NCCL's `^docker,lo` / `=eth0` too), or auto/off."""
+    if not text or len(text) > 256 or any(c.isspace() or c in "/'\"$`;" for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an interface name (auto, off, or e.g. eth0)")
+    return text
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -156,7 +166,7 @@ def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]
         warmup_budget_s=args.warmup_budget, grace_s=args.grace, kill_after_s=args.kill_after,
         rendezvous_timeout_s=args.rendezvous_timeout or None,
         run_dir=Path(args.run_dir).resolve() if args.run_dir else None, nnodes=nnodes,
-        slurm_hosts=hosts)
+        slurm_hosts=hosts, socket_ifname=args.socket_ifname)
 
 
 def nodes(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, tuple[str, ...]]:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from doctor.launch import placement, reaper, rendezvous, slurm
+from doctor.launch import ifname, placement, reaper, rendezvous, slurm
 from doctor.launch.events import (
     Event,
     Note,
@@ -112,6 +112,7 @@ class Launcher:
         self._nodes: dict[int, str] = {}          # srun mode: rank -> node
         self._marks_joined: set[int] = set()      # srun mode: ranks whose task saw them join
         self._reach: dict[int, placement.RendezvousMark] = {}   # srun mode: latest reachability
+        self._failed_nodes: list[str] = []        # srun mode: nodes Slurm reported failed
         self._done = threading.Event()
         self._started = False
         self._t0 = 0.0
@@ -292,6 +293,8 @@ class Launcher:
         self._write_plan()
         self._post(RunStarted(str(self.run_dir), spec.world_size, self.master,
                               tuple(p.argv for p in self._procs)))
+        if spec.slurm_hosts:
+            self._post(Note("info", ifname.plan_line(spec.socket_ifname, spec.base_env(), spec.master_addr)))
 
     def _write_plan(self) -> None:
         doc = {"spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.spec).items()
@@ -488,6 +491,9 @@ class Launcher:
                 report = slurm.task_report(line)
                 if report:
                     self._tasks_ended(*report)
+                failed = slurm.node_failure(line)
+                if failed and failed not in self._failed_nodes:
+                    self._node_failed(failed)
                 self._post(Note("info", line if line.startswith("srun") else f"srun: {line}"))
                 continue
             if text.startswith(placement.MARK):
@@ -510,6 +516,17 @@ class Launcher:
             self._marks_joined.add(rank)
         else:
             self._reach[rank] = mark
+
+    def _node_lost_text(self, node: str) -> str:
+        ranks = sorted(r for r, n in self._nodes.items() if n == node)
+        there = f" ({placement.ranks_text(ranks)} ran there)" if ranks else ""
+        return f"node {node} failed{there}: srun: \"Node failure on {node}\" (slurmctld lost its slurmd)"
+
+    def _node_failed(self, node: str) -> None:
+        """srun says slurmctld declared `node` failed: Slurm cancels the job; say which node, now."""
+        self._failed_nodes.append(node)
+        self._post(Note("error", f"{self._node_lost_text(node)}; Slurm cancels the job "
+                                 f"(`scontrol show node {node}` says why)"))
 
     def _tasks_ended(self, node: str, tasks: tuple[int, ...], code: int) -> None:
         """srun said these tasks ended (only failures are reported): end their ranks now,
@@ -643,6 +660,8 @@ class Launcher:
             code, reason = 0, f"all {count(n, 'rank')} finished with exit code 0"
         else:
             code, reason = 1, "the ranks did not all finish"
+        if self._failed_nodes:
+            reason = "; ".join(self._node_lost_text(n) for n in self._failed_nodes) + "; " + reason
         self.summary = RunSummary(
             exit_code=code, reason=reason, ranks=results, first_failed=self._first_failed,
             run_dir=str(self.run_dir), duration_s=time.monotonic() - self._t0,

@@ -9,7 +9,7 @@ per-rank command a single-node launch uses.
 Shell equivalent (2 nodes x 4 ranks):
     srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --kill-on-bad-exit=1 --label --unbuffered \\
          --export=ALL,MASTER_ADDR=node01,MASTER_PORT=29512 \\
-         python -m doctor.launch.srun_task --warmup-python python -- \\
+         python -m doctor.launch.srun_task --warmup-python python --socket-ifname auto -- \\
          python -m scorep --cuda --thread=pthread train.py
 """
 
@@ -23,6 +23,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from doctor.launch import ifname
 from doctor.launch.spec import LaunchSpec, rank_command, total_memory_to_set
 
 
@@ -135,6 +136,8 @@ def srun_command(spec: LaunchSpec, master_addr: str, master_port: int,
     task = [sys.executable, "-m", "doctor.launch.srun_task"]
     if spec.rendezvous_timeout_s:
         task += ["--rendezvous-timeout", f"{spec.rendezvous_timeout_s:g}"]
+    if spec.socket_ifname != ifname.OFF:
+        task += ["--socket-ifname", spec.socket_ifname]
     if spec.warmup:
         task += ["--warmup-python", spec.python, "--warmup-budget", f"{spec.warmup_budget_s:g}"]
         if spec.cuda_required:
@@ -175,6 +178,15 @@ def _task_ids(text: str) -> tuple[int, ...]:
         if lo.isdigit():
             out.extend(range(int(lo), int(hi) + 1) if hi.isdigit() else [int(lo)])
     return tuple(out)
+
+
+_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)\s*$")
+
+
+def node_failure(line: str) -> str | None:
+    """`srun: error: Node failure on node2` (slurmctld lost that node's slurmd) -> "node2"."""
+    m = _NODE_FAILURE.match(line.strip())
+    return m.group(1) if m else None
 
 
 def task_report(line: str) -> tuple[str, tuple[int, ...], int] | None:

@@ -49,6 +49,7 @@ class LaunchSpec:
     run_dir: Path | None = None                   # default <workdir>/.gpu-doctor/runs/<timestamp>
     nnodes: int = 1
     slurm_hosts: tuple[str, ...] = ()             # set: launch through srun over these hosts
+    socket_ifname: str = "auto"                   # across nodes: auto (route to MASTER_ADDR), off, or a name
 
     @property
     def instrumented(self) -> bool:

@@ -3,7 +3,11 @@
 Usage (built by `doctor.launch.slurm.srun_command`, not typed by people):
 
     python -m doctor.launch.srun_task [--warmup-python P [--warmup-budget S] [--require-cuda]] \\
-        [--rendezvous-timeout S] -- python -m scorep --cuda train.py ...
+        [--rendezvous-timeout S] [--socket-ifname auto|NAME] -- python -m scorep --cuda train.py ...
+
+With --socket-ifname the rank gets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME (where the job
+set neither itself): NAME, or with `auto` the interface of this node's route to MASTER_ADDR
+(doctor.launch.ifname), said in one line in the rank's log.
 
 With --rendezvous-timeout the task stays as the rank's parent and watches, on its own
 node, whether the rank joined the rendezvous at MASTER_ADDR:MASTER_PORT, saying so in
@@ -18,6 +22,7 @@ otherwise the rank's own (a rank killed by signal N: this task dies of N too).
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import signal
@@ -27,10 +32,15 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from doctor.launch import placement, rendezvous
+from doctor.launch import ifname, placement, rendezvous
 from doctor.launch.spec import experiment_dir
 
 SYN_SENT_S = 2.0          # a connection attempt unanswered this long: a firewall drops it
+# What each answer means (a firewall's DROP is silence, its REJECT a refusal, like a closed port).
+SILENCE = "a firewall drops what goes to port {port}, or no route leads there"
+REFUSED = "connection refused: a firewall rejects port {port} on the way, or nothing listens on it"
+PROHIBITED = ("no route to host: a firewall rejects port {port} with host-prohibited (firewalld's default), "
+              "or the address is not reachable from here")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -85,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--warmup-budget", type=float, default=300.0)
     p.add_argument("--require-cuda", action="store_true")
     p.add_argument("--rendezvous-timeout", type=float, default=0.0)
+    p.add_argument("--socket-ifname", default=ifname.OFF)
     args = p.parse_args(argv[:cut])
     command = argv[cut + 1:]
     if not command:
@@ -95,11 +106,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TaskError as exc:
         print(f"srun_task: error: {exc}", file=sys.stderr)
         return 2
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    sockets = ifname.choose(env, args.socket_ifname, f"rank {env['RANK']} on {host}")
+    env.update(sockets.env)
+    if sockets.line:
+        say(sockets.line)
     if args.warmup_python:
         from doctor.launch.warmup import run_warmup
 
         res = run_warmup(args.warmup_python, env, budget_s=args.warmup_budget)
-        host = os.environ.get("SLURMD_NODENAME", "?")
         print(f"gpu-doctor warm-up on {host}: {res.describe()}", file=sys.stderr, flush=True)
         if not res.ok and (not res.no_cuda or args.require_cuda):
             return 1
@@ -119,8 +134,12 @@ def reachable(addr: str, port: int, timeout: float = 3.0) -> tuple[bool, str]:
         with socket.create_connection((addr, port), timeout=timeout):
             return True, ""
     except TimeoutError:
-        return False, f"connect timed out after {timeout:g} s"
+        return False, f"connect timed out after {timeout:g} s: {SILENCE.format(port=port)}"
+    except ConnectionRefusedError:
+        return False, REFUSED.format(port=port)
     except OSError as exc:
+        if exc.errno == errno.EHOSTUNREACH:
+            return False, PROHIBITED.format(port=port)
         return False, f"connect: {exc.strerror or exc}"
 
 
@@ -169,7 +188,8 @@ def supervise(command: list[str], env: dict[str, str], timeout: float) -> int:
             syn_since = syn_since or now
             if now - syn_since >= SYN_SENT_S and said is not False:
                 said = False
-                say(placement.reach_line(rank, node, master, False, "no answer to the connection attempt"))
+                say(placement.reach_line(rank, node, master, False, "no answer to the connection attempt: "
+                                             + SILENCE.format(port=port)))
         else:
             syn_since = None
         if now >= next_probe:
