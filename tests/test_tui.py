@@ -6,14 +6,13 @@ C fakes (healthy 4-GPU node); launches run real `gloo` ranks on the CPU.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,18 @@ pytest.importorskip("textual")
 
 from rich.text import Text  # noqa: E402
 from textual.widgets import DataTable, Input, Static  # noqa: E402
+from tui_pilot import (  # noqa: E402
+    CEILING_S,
+    click,
+    confirm_apply,
+    focus_on,
+    open_screen,
+    plain,
+    rerun_done,
+    run_app,
+    screen_up,
+    until,
+)
 
 from doctor.case import Case  # noqa: E402
 from doctor.model import Status  # noqa: E402
@@ -54,39 +65,6 @@ os._exit(0)  # and its C++ teardown still aborts now and then (status 134): skip
 """
 
 
-def plain(widget: Static) -> str:
-    """What a Static shows, as plain text (Rich renderables rendered, markup stripped)."""
-    from rich.console import Console
-
-    console = Console(width=200, record=True, file=open(os.devnull, "w"), color_system=None)
-    console.print(widget.content)
-    return console.export_text()
-
-
-def run_app(app: DoctorApp, body: Callable[[Any], Awaitable[None]], size: tuple[int, int] = (140, 45)) -> None:
-    async def main() -> None:
-        async with app.run_test(size=size) as pilot:
-            await body(pilot)
-    asyncio.run(main())
-
-
-async def until(pilot: Any, predicate: Callable[[], bool], timeout: float = 120.0, what: str = "") -> None:
-    """Let the app run until predicate() holds (events, not sleeps: each pause yields to the app)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await pilot.pause(0.05)
-
-
-async def open_screen(pilot: Any, app: DoctorApp, key: str, kind: type[Any]) -> Any:
-    """Wait for the checks, press `key`, wait until a `kind` screen is on top; return it."""
-    await until(pilot, lambda: app.run_result is not None, what="the checks")
-    await pilot.press(key)
-    await until(pilot, lambda: isinstance(app.screen, kind), what=f"the {kind.__name__}")
-    return app.screen
-
-
 async def open_fix(pilot: Any, app: DoctorApp) -> FixScreen:
     """The fix screen, once its plan is there."""
     screen: FixScreen = await open_screen(pilot, app, "f", FixScreen)
@@ -102,7 +80,8 @@ async def start_ranks(pilot: Any, app: DoctorApp, command: str, nproc: int,
     screen.query_one("#nproc", Input).value = str(nproc)
     if env is not None:
         screen.build_spec = _with_env(screen.build_spec, env)  # type: ignore[method-assign]
-    await pilot.click("#start")
+    await click(pilot, screen.query_one("#start"))
+    await until(pilot, lambda: screen.launcher is not None, what="the run to start")
     return screen
 
 
@@ -123,7 +102,7 @@ def ddp_job(tmp_path: Path) -> Path:
 
 def app_for(root: Path, env: dict[str, str] | None = None, playbook: str = "scorep-ddp") -> DoctorApp:
     case = Case(root=root, env=env if env is not None else dict(os.environ))
-    return make_app(case, Options(playbook=playbook, budget_s=60, extra={"warmup": False, "grace_s": 2.0}))
+    return make_app(case, Options(playbook=playbook, budget_s=CEILING_S, extra={"warmup": False, "grace_s": 2.0}))
 
 
 def test_checks_fill_in_live_on_the_broken_example(job: Path, fake_node: Any) -> None:
@@ -134,7 +113,6 @@ def test_checks_fill_in_live_on_the_broken_example(job: Path, fake_node: Any) ->
         table = app.query_one("#checks", DataTable)
         assert table.row_count >= 20  # every check is listed before it runs
         await until(pilot, lambda: app.run_result is not None, what="the checks")
-        await pilot.pause()
         seen_running.extend(app.results)
         verdict = plain(app.query_one("#verdict", Static))
         assert "NOT READY" in verdict
@@ -155,8 +133,7 @@ def test_opening_a_finding_shows_its_evidence(job: Path) -> None:
         table = app.query_one("#checks", DataTable)
         table.move_cursor(row=table.get_row_index("SCP003"))
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, FindingScreen), what="the detail screen")
-        screen = app.screen
+        screen = await screen_up(pilot, app, FindingScreen)
         text = "\n".join(plain(w) for w in screen.query(Static))
         assert "SCP003" in text
         assert "SCOREP_TOTAL_MEMORY" in text
@@ -192,8 +169,7 @@ def test_fix_flow_applies_verifies_and_undo_restores(job: Path) -> None:
         assert "lazy-scorep-import" not in selected  # unsafe: opt-in
         diff = plain(screen.query_one("#fix-diff", Static))
         assert "3500M" in diff or "SCOREP_TOTAL_MEMORY" in diff
-        await pilot.press("a")
-        await pilot.press("y")
+        await confirm_apply(pilot, app)
         await until(pilot, lambda: screen.changed, what="the apply")
         result = plain(screen.query_one("#fix-result", Static))
         assert "verified" in result
@@ -213,14 +189,14 @@ def test_launch_shows_both_ranks_finish(ddp_job: Path) -> None:
     async def body(pilot: Any) -> None:
         screen = await start_ranks(pilot, app, "train.py", 2)
         await until(pilot, lambda: screen.summary is not None, what="the run")
-        await pilot.pause(0.2)
         table = screen.query_one("#ranks", DataTable)
         states = [str(table.get_cell(str(r), "state")) for r in range(2)]
         assert states == ["done", "done"]
         assert "5/5" in str(table.get_cell("0", "step"))
         from textual.widgets import Log
 
-        assert any("step 5/5" in line for line in screen.query_one("#rank-log", Log).lines)
+        log = screen.query_one("#rank-log", Log)  # the pane takes the last lines on its next tick
+        await until(pilot, lambda: any("step 5/5" in line for line in log.lines), what="rank 0's last line")
         assert "exit 0" in plain(screen.query_one("#launch-verdict", Static))
 
     run_app(app, body)
@@ -229,7 +205,7 @@ def test_launch_shows_both_ranks_finish(ddp_job: Path) -> None:
 def test_stopping_a_run_leaves_no_rank_process(ddp_job: Path) -> None:
     env = {**os.environ, "STEPS": "10000", "SLOW": "1"}
     case = Case(root=ddp_job, env=env)
-    app = make_app(case, Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
+    app = make_app(case, Options(playbook="post-run", budget_s=CEILING_S, extra={"warmup": False}))
     pids: list[int] = []
 
     async def body(pilot: Any) -> None:
@@ -266,7 +242,7 @@ def test_exporting_a_report_writes_the_file(job: Path, tmp_path: Path) -> None:
     async def body(pilot: Any) -> None:
         screen = await open_screen(pilot, app, "e", ReportScreen)
         screen.query_one("#report-path", Input).value = str(target)
-        await pilot.click("#write")
+        await click(pilot, screen.query_one("#write"))
         await until(pilot, lambda: screen.written is not None, what="the report")
 
     run_app(app, body)
@@ -293,19 +269,21 @@ def test_gpu_sparklines_render_from_nvml_samples(ddp_job: Path) -> None:
         screen.gpu_monitor = Monitor()
         screen.update_gpus()
         screen.update_gpus()
-        await pilot.pause()
         from textual.widgets import Sparkline
 
-        lines = {s.id: list(s.data or []) for s in screen.query(Sparkline)}
-        assert lines["gpu-0-util"] == [75.0, 75.0]
-        assert lines["gpu-1-mem"] == [10.0, 10.0]
+        def lines() -> dict[str | None, list[float]]:
+            return {s.id: list(s.data or []) for s in screen.query(Sparkline)}
+
+        await until(pilot, lambda: len(lines()) == 4, what="two sparklines per GPU")
+        assert lines()["gpu-0-util"] == [75.0, 75.0]
+        assert lines()["gpu-1-mem"] == [10.0, 10.0]
 
     run_app(app, body)
 
 
 def test_without_a_terminal_it_points_to_the_headless_modes(job: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "doctor", str(job)], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=60)
+                          stdin=subprocess.DEVNULL, timeout=CEILING_S)
     assert proc.returncode == 2
     assert "--check-only" in proc.stderr
     assert "report" in proc.stderr
@@ -342,7 +320,7 @@ def test_launch_screen_time_breakdown_never_raises(tmp_path: Path) -> None:
 
 def test_sigterm_stops_the_ranks_and_exits_cleanly(ddp_job: Path) -> None:
     env = {**os.environ, "STEPS": "10000", "SLOW": "1"}
-    app = make_app(Case(root=ddp_job, env=env), Options(playbook="post-run", budget_s=30,
+    app = make_app(Case(root=ddp_job, env=env), Options(playbook="post-run", budget_s=CEILING_S,
                                                         extra={"warmup": False}))
     pids: list[int] = []
 
@@ -367,17 +345,23 @@ def test_the_real_app_in_a_terminal_exits_on_sighup(job: Path) -> None:
     pid, fd = pty.fork()
     if pid == 0:  # the child: gpu-doctor in a real (pseudo) terminal
         os.execv(sys.executable, [sys.executable, "-m", "doctor", str(job), "--playbook", "post-run"])
+    import re
+
+    # The verdict line is drawn only once the app is mounted, and so has its signal handlers:
+    # a SIGHUP before that would be the default one (killed, not a clean exit).
+    drawn = re.compile(rb"CHECKING|READY")
     seen = b""
-    deadline = time.monotonic() + 60
-    while b"gpu-doctor" not in seen and time.monotonic() < deadline:
+    deadline = time.monotonic() + CEILING_S
+    while not drawn.search(seen) and time.monotonic() < deadline:
         ready, _, _ = select.select([fd], [], [], 0.5)
         if ready:
             try:
                 seen += os.read(fd, 65536)
             except OSError:
                 break
-    assert b"gpu-doctor" in seen, seen[-500:]
+    assert drawn.search(seen), seen[-500:]
     os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + CEILING_S
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
@@ -402,23 +386,25 @@ def test_rank_lines_with_brackets_show_as_printed_and_the_stop_key_works(tmp_pat
     line = "[rank0]: epoch [/data/set] [bold]done[/bold] and a tail long enough to need a wide column"
     folder = tmp_path / "job"
     folder.mkdir()
-    (folder / "talk.py").write_text(f"import time\nprint({line!r}, flush=True)\ntime.sleep(120)\n")
+    (folder / "talk.py").write_text(f"import time\nprint({line!r}, flush=True)\ntime.sleep(600)\n")
     app = make_app(Case(root=folder, env=dict(os.environ)),
-                   Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
+                   Options(playbook="post-run", budget_s=CEILING_S, extra={"warmup": False}))
 
     async def body(pilot: Any) -> None:
         screen = await start_ranks(pilot, app, "talk.py", 1)
         table = screen.query_one("#ranks", DataTable)
         await until(pilot, lambda: "epoch" in str(table.get_cell("0", "last")), what="the rank's line")
-        await pilot.pause(0.3)  # a refresh renders the cell
+        # drawn on the screen as printed (a markup parse would raise here, or garble it)
+        await until(pilot, lambda: line[-80:] in table.render_line(1).text, what="the row drawn")
         assert app.is_running
-        assert isinstance(app.focused, DataTable)
+        await focus_on(pilot, app, table)  # Start hands the focus to the rank table
         from textual.widgets._data_table import default_cell_formatter
 
         shown = default_cell_formatter(table.get_cell("0", "last"))  # what the table draws
         assert isinstance(shown, Text) and shown.plain == line[-80:]
         assert table.ordered_columns[-1].width >= 80
-        assert plain(screen.query_one("#launch-verdict", Static)).startswith("running: s (or ctrl+c) stops")
+        verdict = screen.query_one("#launch-verdict", Static)
+        await until(pilot, lambda: plain(verdict).startswith("running: s (or ctrl+c) stops"), what="the hint")
         await pilot.press("s")
         await until(pilot, lambda: screen.summary is not None, what="the stop")
         assert screen.query_one("#command", Input).value == "talk.py"
@@ -429,9 +415,9 @@ def test_rank_lines_with_brackets_show_as_printed_and_the_stop_key_works(tmp_pat
 def _long_talker(tmp_path: Path) -> DoctorApp:
     folder = tmp_path / "job"
     folder.mkdir(exist_ok=True)
-    (folder / "talk.py").write_text("import time\nprint('step 1/9', flush=True)\ntime.sleep(120)\n")
+    (folder / "talk.py").write_text("import time\nprint('step 1/9', flush=True)\ntime.sleep(600)\n")
     return make_app(Case(root=folder, env=dict(os.environ)),
-                    Options(playbook="post-run", budget_s=30, extra={"warmup": False}))
+                    Options(playbook="post-run", budget_s=CEILING_S, extra={"warmup": False}))
 
 
 def test_quitting_with_q_during_a_run_stops_the_ranks_and_exits(tmp_path: Path) -> None:
@@ -443,10 +429,12 @@ def test_quitting_with_q_during_a_run_stops_the_ranks_and_exits(tmp_path: Path) 
         await until(pilot, lambda: screen.launcher is not None and len(screen.launcher.pids()) == 2
                     and all(s.last_line for s in screen.launcher.statuses()), what="both ranks")
         pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
+        await focus_on(pilot, app, screen.query_one("#ranks"))
         await pilot.press("q")  # focus is on the rank table: q reaches the app
+        await until(pilot, lambda: app.return_code is not None, what="the app to quit")
 
     run_app(app, body)
-    summary = app.launch_screen.summary  # type: ignore[attr-defined]
+    summary = app.launch_screen.launcher.wait(0)  # type: ignore[attr-defined]
     assert summary is not None and summary.exit_code == 130, "the ranks ran on instead of being stopped"
     assert len(pids) == 2
     for pid in pids:
@@ -461,14 +449,15 @@ def test_a_report_error_naming_a_bracketed_path_is_shown_verbatim(job: Path, tmp
     async def body(pilot: Any) -> None:
         screen = await open_screen(pilot, app, "e", ReportScreen)
         screen.query_one("#report-path", Input).value = str(target)
-        await pilot.click("#write")
+        await click(pilot, screen.query_one("#write"))
         status = screen.query_one("#report-status", Static)
 
         def shown() -> str:
             return " ".join(plain(status).split())
 
         await until(pilot, lambda: "does not exist" in shown(), what="the error")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: "does not exist" in "".join(status.render_line(y).text for y in range(3)),
+                    what="the error drawn")  # as text: a markup parse of "[/x]" would raise
         assert app.is_running
         assert f"folder {target.parent} does not exist" in shown()
 
@@ -485,17 +474,22 @@ def test_space_toggles_the_first_remedy_at_once_also_after_an_apply(job: Path) -
         screen = await open_fix(pilot, app)
         sel = screen.query_one("#fix-list", SelectionList)
         first = sel.get_option_at_index(0).value
+        await focus_on(pilot, app, sel)
+        assert first in sel.selected  # a safe remedy, preselected
         await pilot.press("space")
-        assert first not in sel.selected  # a safe remedy, preselected: space took it out
+        await until(pilot, lambda: first not in sel.selected, what="space to take the first remedy out")
         await pilot.press("space")
-        await pilot.press("a", "y")
+        await until(pilot, lambda: first in sel.selected, what="space to put it back")
+        await confirm_apply(pilot, app)
         await until(pilot, lambda: screen.changed, what="the apply")
-        await until(pilot, lambda: first not in [sel.get_option_at_index(i).value
-                                                 for i in range(sel.option_count)], what="the re-plan")
+        await until(pilot, lambda: sel.option_count and first not in [sel.get_option_at_index(i).value
+                                                                      for i in range(sel.option_count)],
+                    what="the re-plan")
+        await focus_on(pilot, app, sel)
         now_first = sel.get_option_at_index(0).value
         assert now_first not in sel.selected  # unsafe: not preselected
         await pilot.press("space")
-        assert now_first in sel.selected
+        await until(pilot, lambda: now_first in sel.selected, what="space to select the first row")
 
     run_app(app, body)
 
@@ -509,9 +503,11 @@ def test_launch_key_during_a_run_keeps_the_running_screen_so_quit_still_stops_it
         await until(pilot, lambda: screen.launcher is not None and bool(screen.launcher.pids()), what="the rank")
         pids.extend(screen.launcher.pids().values())  # type: ignore[union-attr]
         await pilot.press("l")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: any("A run is going" in str(n.message) for n in app._notifications),
+                    what="the app to say a run is going")
         assert app.screen is screen
         await pilot.press("q")
+        await until(pilot, lambda: app.return_code is not None, what="the app to quit")
 
     run_app(app, body)
     for pid in pids:
@@ -527,14 +523,14 @@ def test_applying_a_fix_from_a_finding_returns_to_the_live_overview(job: Path) -
         table = app.query_one("#checks", DataTable)
         table.move_cursor(row=table.get_row_index("SCP003"))
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, FindingScreen), what="the detail screen")
+        await screen_up(pilot, app, FindingScreen)
         fix = await open_fix(pilot, app)
-        await pilot.press("a", "y")
+        await confirm_apply(pilot, app)
         await until(pilot, lambda: fix.changed, what="the apply")
+        before = app.run_result
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, (FixScreen, FindingScreen)), what="the overview")
-        await until(pilot, lambda: app.run_result is not None and not app.checks_running
-                    and "SCP003" in app.results, what="the re-run")
+        await rerun_done(pilot, app, before)
         assert app.results["SCP003"].status == Status.PASS  # the overview shows the fixed state
 
     run_app(app, body)

@@ -6,14 +6,11 @@ not READY, help, the palette, the launch form's labels, visible unselected boxes
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +18,20 @@ import pytest
 
 pytest.importorskip("textual")
 
-from rich.console import Console  # noqa: E402
 from textual.widgets import Checkbox, DataTable, Input, SelectionList, Static  # noqa: E402
+from tui_pilot import (  # noqa: E402
+    CEILING_S,
+    checks_done,
+    confirm_apply,
+    focus_on,
+    open_screen,
+    palette,
+    plain,
+    rerun_done,
+    run_app,
+    screen_up,
+    until,
+)
 
 from doctor.case import Case  # noqa: E402
 from doctor.model import Status  # noqa: E402
@@ -38,52 +47,24 @@ LISTED = re.compile(r"^  (safe|unsafe|manual)\s+(\S+)\s+.*?(?:\((manual steps|ne
                     r"cannot apply here)\))?$")
 
 
-def plain(renderable: Any, width: int = 200) -> str:
-    console = Console(width=width, record=True, file=open(os.devnull, "w"), color_system=None)
-    console.print(renderable)
-    return console.export_text()
-
-
-def run_app(app: DoctorApp, body: Callable[[Any], Awaitable[None]], size: tuple[int, int] = (160, 45)) -> None:
-    async def main() -> None:
-        async with app.run_test(size=size) as pilot:
-            await body(pilot)
-    asyncio.run(main())
-
-
-async def until(pilot: Any, predicate: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await pilot.pause(0.05)
-
-
-async def checks_done(pilot: Any, app: DoctorApp) -> None:
-    await until(pilot, lambda: app.run_result is not None, what="the checks")
-
-
 async def open_fix(pilot: Any, app: DoctorApp) -> FixScreen:
-    await checks_done(pilot, app)
-    await pilot.press("f")
-    await until(pilot, lambda: isinstance(app.screen, FixScreen), what="the fix screen")
-    screen = app.screen
-    assert isinstance(screen, FixScreen)
+    screen = await open_screen(pilot, app, "f", FixScreen)
     await until(pilot, lambda: screen.plan is not None, what="the plan")
     return screen
 
 
-async def replan(pilot: Any, screen: FixScreen, key: str) -> None:
-    """Press `key` (a then y, or u) and wait until the screen has planned afresh."""
+async def replan(pilot: Any, app: DoctorApp, screen: FixScreen, key: str) -> None:
+    """Apply (a, confirmed) or undo (u), then wait until the screen has planned afresh."""
     before = screen.plan
-    for k in key:
-        await pilot.press(k)
-        await pilot.pause(0.1)
-    await until(pilot, lambda: screen.plan is not before and not screen.app.workers, what=f"a new plan after {key}")
+    if key == "a":
+        await confirm_apply(pilot, app)
+    else:
+        await pilot.press(key)
+    await until(pilot, lambda: screen.plan is not before and not app.workers, what=f"a new plan after {key}")
 
 
 def app_for(root: Path, playbook: str = "scorep-ddp") -> DoctorApp:
-    return make_app(Case(root=root, env=dict(os.environ)), Options(playbook=playbook, budget_s=60))
+    return make_app(Case(root=root, env=dict(os.environ)), Options(playbook=playbook, budget_s=CEILING_S))
 
 
 @pytest.fixture
@@ -96,7 +77,7 @@ def job(tmp_path: Path) -> Path:
 def cli_plan(root: Path) -> tuple[list[tuple[str, str]], list[str]]:
     """`gpu-doctor fix PATH`: ([(safety, remedy) to apply or needing --unsafe], [remedies with manual steps])."""
     proc = subprocess.run([sys.executable, "-m", "doctor", "fix", str(root), "-q"], capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
+                          text=True, timeout=CEILING_S, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     offered, manual = [], []
     for line in proc.stdout.splitlines():
@@ -147,23 +128,85 @@ def test_after_apply_and_undo_the_list_is_planned_afresh(job: Path) -> None:
     async def body(pilot: Any) -> None:
         screen = await open_fix(pilot, app)
         seen["first"] = app_plan(screen)
-        await replan(pilot, screen, "ay")  # apply the safe ones
+        await replan(pilot, app, screen, "a")  # apply the safe ones
         seen["applied"] = app_plan(screen)
+        before = app.run_result
         await pilot.press("escape")  # back: the overview re-runs the checks
-        await until(pilot, lambda: app.run_result is not None and not app.checks_running, what="the re-run")
-        seen["lnc002"] = app.results["LNC002"].status
+        await rerun_done(pilot, app, before)
+        seen["lnc002"] = app.results["LNC002"].status, app.results["LNC002"].message
         screen = await open_fix(pilot, app)  # a fresh screen, opened on the fixed job
-        await replan(pilot, screen, "u")
+        await replan(pilot, app, screen, "u")
         seen["undone"] = app_plan(screen)
-        seen["summary"] = plain(screen.query_one("#fix-summary", Static).content)
+        seen["summary"] = plain(screen.query_one("#fix-summary", Static))
 
     run_app(app, body)
     first_offered, first_selected, _ = seen["first"]
     assert "cuda-warmup" in first_selected
     assert not any(s == "safe" for s, _ in seen["applied"][0]), seen  # applied: no safe remedy left to offer
-    assert seen["lnc002"] == Status.PASS  # the warm-up was applied with the rest
+    assert seen["lnc002"][0] == Status.PASS, seen["lnc002"]  # the warm-up was applied with the rest
     assert seen["undone"][0] == first_offered  # the undone remedies come back...
     assert seen["summary"].startswith(f"{len(first_offered)} remedies to apply")  # ...and the count with them
+
+
+def test_an_undo_while_the_plan_after_an_apply_is_made_shows_the_undone_plan(
+        job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan asked for last is the one shown: `u` pressed while the plan after an apply is still
+    being made must not be overwritten by that older plan (it would offer the undone remedies as done)."""
+    import threading
+
+    from doctor.remedy import verify
+
+    real = verify.check_and_plan
+    calls: list[int] = []
+    made, release, answered = threading.Event(), threading.Event(), threading.Event()
+    held: list[threading.Thread] = []
+
+    def check_and_plan(case: Case, **kw: Any) -> Any:
+        from textual.worker import NoActiveWorker, get_current_worker
+
+        try:
+            planning = get_current_worker().description == "planning remedies"
+        except NoActiveWorker:
+            planning = False
+        if not planning:  # the apply's own re-check
+            return real(case, **kw)
+        calls.append(1)
+        result = real(case, **kw)
+        if len(calls) == 2:  # the plan after the apply: made, then held until the undo's plan is shown
+            held.append(threading.current_thread())
+            made.set()
+            release.wait(CEILING_S)
+        return result
+
+    monkeypatch.setattr(verify, "check_and_plan", check_and_plan)
+    app = app_for(job)
+    to_app = app.call_from_thread
+
+    def call_from_thread(callback: Any, *args: Any, **kw: Any) -> Any:
+        done = to_app(callback, *args, **kw)
+        if threading.current_thread() in held:
+            answered.set()  # the held plan's answer reached the screen (and was shown, or not)
+        return done
+
+    app.call_from_thread = call_from_thread  # type: ignore[method-assign]
+    seen: dict[str, Any] = {}
+
+    async def body(pilot: Any) -> None:
+        screen = await open_fix(pilot, app)
+        seen["first"], first = app_plan(screen)[0], screen.plan
+        await confirm_apply(pilot, app)
+        await until(pilot, made.is_set, what="the plan after the apply")
+        await pilot.press("u")
+        await until(pilot, lambda: screen.plan is not first, what="the undone plan")
+        release.set()
+        await until(pilot, answered.is_set, what="the held plan's answer")
+        seen["shown"] = app_plan(screen)[0]
+
+    try:
+        run_app(app, body)
+    finally:
+        release.set()
+    assert seen["shown"] == seen["first"]
 
 
 def test_the_report_dialog_closes_once_written(job: Path) -> None:
@@ -171,10 +214,10 @@ def test_the_report_dialog_closes_once_written(job: Path) -> None:
     target = job / "gpu-doctor-report.html"
 
     async def body(pilot: Any) -> None:
-        await checks_done(pilot, app)
-        await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, ReportScreen), what="the report dialog")
-        assert app.screen.query_one("#report-path", Input).value == str(target)
+        dialog = await open_screen(pilot, app, "e", ReportScreen)
+        field = dialog.query_one("#report-path", Input)
+        assert field.value == str(target)
+        await focus_on(pilot, app, field)
         await pilot.press("enter")
         await until(pilot, lambda: not isinstance(app.screen, ReportScreen), what="the dialog to close")
         assert any(f"report written: {target}" in str(n.message) for n in app._notifications)
@@ -191,10 +234,13 @@ def test_the_finding_column_refits_after_a_resize(job: Path) -> None:
         await checks_done(pilot, app)
         table = app.query_one("#checks", DataTable)
         column = next(c for k, c in table.columns.items() if k.value == "message")
-        for size in ((80, 24), (160, 45)):
-            await pilot.resize_terminal(*size)
-            await pilot.pause(0.3)
-            widths.append(column.width)
+        # What the user sees is the column refitted to the new width: wait for that, not a pause.
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: app.size == (80, 24) and column.width < 60, what="the column to fit 80x24")
+        widths.append(column.width)
+        await pilot.resize_terminal(160, 45)
+        await until(pilot, lambda: app.size == (160, 45) and column.width > 110, what="the column to widen")
+        widths.append(column.width)
 
     run_app(app, body, size=(160, 45))
     small, large = widths
@@ -208,9 +254,8 @@ def test_about_this_check_keeps_the_example_lines(job: Path) -> None:
     async def body(pilot: Any) -> None:
         await checks_done(pilot, app)
         app.open_check("SCP002")
-        await until(pilot, lambda: isinstance(app.screen, FindingScreen) and bool(app.screen.query("#explain")),
-                    what="the finding")
-        text.append(plain(app.screen.query_one("#explain", Static).content))
+        screen = await screen_up(pilot, app, FindingScreen)
+        text.append(plain(screen.query_one("#explain", Static)))
 
     run_app(app, body)
     lines = [ln.strip() for ln in text[0].splitlines()]
@@ -224,8 +269,7 @@ def test_a_folder_with_nothing_to_check_is_not_ready(tmp_path: Path) -> None:
 
     async def body(pilot: Any) -> None:
         await checks_done(pilot, app)
-        await pilot.pause()
-        verdict.append(plain(app.query_one("#verdict", Static).content))
+        verdict.append(plain(app.query_one("#verdict", Static)))
 
     run_app(app, body)
     assert all(r.status == Status.SKIP for r in app.results.values())
@@ -243,8 +287,8 @@ def test_help_lists_the_keys_of_the_screen(job: Path) -> None:
         await checks_done(pilot, app)
         for key in ("question_mark", "f1"):
             await pilot.press(key)
-            await until(pilot, lambda: isinstance(app.screen, HelpScreen), what=f"help after {key}")
-            shown.append(" ".join(plain(s.content) for s in app.screen.query(Static)))
+            helped = await screen_up(pilot, app, HelpScreen)
+            shown.append(" ".join(plain(s) for s in helped.query(Static)))
             await pilot.press("escape")
             await until(pilot, lambda: not isinstance(app.screen, HelpScreen), what="help to close")
 
@@ -253,14 +297,6 @@ def test_help_lists_the_keys_of_the_screen(job: Path) -> None:
         for key, what in (("f", "Fix"), ("u", "Undo"), ("l", "Launch"), ("e", "Export report"), ("q", "Quit"),
                           ("enter", "open the highlighted check"), ("space", "select or unselect")):
             assert re.search(rf"\b{re.escape(key)}\b.*{re.escape(what)}", text), (key, text)
-
-
-async def palette(pilot: Any, app: DoctorApp, query: str) -> None:
-    await pilot.press("ctrl+p")
-    await pilot.pause(0.3)
-    await pilot.press(*query)
-    await pilot.pause(0.6)
-    await pilot.press("enter")
 
 
 def test_the_palette_finds_checks_by_id_and_the_timeline(job: Path) -> None:
@@ -272,12 +308,12 @@ def test_the_palette_finds_checks_by_id_and_the_timeline(job: Path) -> None:
     async def body(pilot: Any) -> None:
         await checks_done(pilot, app)
         await palette(pilot, app, "SCP002")
-        await until(pilot, lambda: isinstance(app.screen, FindingScreen), what="SCP002 from the palette")
-        opened.append(app.screen.result.check_id)
+        finding = await screen_up(pilot, app, FindingScreen)
+        opened.append(finding.result.check_id)
         await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, FindingScreen), what="back to the overview")
         await palette(pilot, app, "timeline")
-        await until(pilot, lambda: isinstance(app.screen, TimelineScreen), what="the timeline")
-        screen = app.screen
+        screen = await screen_up(pilot, app, TimelineScreen)
         await until(pilot, lambda: screen.text is not None, what="the breakdown")
         opened.append(screen.text)
 
@@ -291,12 +327,10 @@ def test_the_launch_form_fields_are_labelled(job: Path) -> None:
     labels: dict[str, str] = {}
 
     async def body(pilot: Any) -> None:
-        await checks_done(pilot, app)
-        await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
+        screen = await open_screen(pilot, app, "l", LaunchScreen)
         for wid in ("command", "nproc", "instrument"):
-            labels[wid] = str(app.screen.query_one(f"#{wid}").border_title or "")
-        labels["warmup"] = str(app.screen.query_one("#warmup", Checkbox).label)
+            labels[wid] = str(screen.query_one(f"#{wid}").border_title or "")
+        labels["warmup"] = str(screen.query_one("#warmup", Checkbox).label)
 
     run_app(app, body)
     assert labels == {"command": "training script and its arguments", "nproc": "ranks",
@@ -310,7 +344,8 @@ def test_unselected_remedies_show_an_empty_box(job: Path) -> None:
     async def body(pilot: Any) -> None:
         screen = await open_fix(pilot, app)
         sel = screen.query_one("#fix-list", SelectionList)
-        await pilot.pause()
+        await until(pilot, lambda: sel.size.height >= sel.option_count > 0
+                    and all(sel.render_line(i).text.strip() for i in range(sel.option_count)), what="the list drawn")
         for i in range(sel.option_count):
             rows[str(sel.get_option_at_index(i).value)] = sel.render_line(i).text
 

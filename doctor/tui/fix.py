@@ -23,6 +23,7 @@ from textual.strip import Strip
 from textual.widgets import Button, Checkbox, Footer, Header, Label, SelectionList, Static
 from textual.widgets.option_list import OptionDoesNotExist
 from textual.widgets.selection_list import Selection
+from textual.worker import Worker, get_current_worker
 
 from doctor.case import Case
 from doctor.model import CheckResult, Safety
@@ -176,10 +177,18 @@ class FixScreen(Screen[bool]):
         from doctor.remedy.planner import make_plan
         from doctor.remedy.verify import check_and_plan
 
+        worker = get_current_worker()
         run, plan = check_and_plan(self.case, extra=self.node_findings)
         full = make_plan(self.case, run.findings + self.node_findings, unsafe=True, facts=run.facts)
         unsafe = {rp.remedy_id: rp for rp in full.remedies if rp.safety == Safety.UNSAFE}
-        self.app.call_from_thread(self.show_plan, run, plan, unsafe)
+        self.app.call_from_thread(self.show_latest_plan, worker, run, plan, unsafe)
+
+    def show_latest_plan(self, worker: Worker[None], run: Run, plan: Plan, unsafe: dict[str, RemedyPlan]) -> None:
+        """Show a plan unless a newer one was asked for since (an undo pressed while the plan after
+        an apply was still being made): the older plan would describe files that changed since."""
+        if worker.is_cancelled:  # exclusive: a newer plan_worker cancelled this one, and its plan follows
+            return
+        self.show_plan(run, plan, unsafe)
 
     def offered(self) -> list[RemedyPlan]:
         """What the list offers: the plan's ready remedies, then the unsafe ones `fix` skips."""
