@@ -100,12 +100,21 @@ def launcher_only(facts: Facts) -> list[Outcome]:
                     and v.site is not None},
         }
         out.append(fail(f"`python -m scorep` wraps {SPAWNER_WORDS.get(sp.kind, sp.kind)}: Score-P measures the "
-                        f"launcher agent only, not the {sp.nproc_text or '?'} workers it spawns", evidence,
+                        f"launcher agent only, not {_workers(sp)}", evidence,
                         "per-rank-launch", entities={"file": job.rel(cmd.site.file)}, data=data))
     if not found:
         out.append(link_unknown(job, "no `python -m scorep` launch")
                    or skip("no `python -m scorep` launch in the job folder"))
     return out
+
+
+def _workers(sp: Any) -> str:
+    """`the 4 workers it spawns`, or how many when the count is known only when the job runs."""
+    if sp.nproc is not None:
+        return f"the {sp.nproc} workers it spawns"
+    if sp.nproc_text:
+        return f"the workers it spawns ({sp.nproc_text} of them, known only when the job runs)"
+    return "the workers it spawns"
 
 
 def _warmups(job: Job, target: Command) -> tuple[list[Command], list[Command], list[Command]]:

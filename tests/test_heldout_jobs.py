@@ -194,3 +194,16 @@ def test_the_job_scripts_own_arguments_are_named_in_the_process_tree() -> None:
         assert "the arguments multinode.sbatch is started with" in args[0]["means"]
     assert not [p for p in worker["placeholders"] if p["text"] == "train.py"]
     assert any(line.strip().startswith("$head_node_ip: known only when the job runs") for line in launch_lines(job))
+
+
+def test_a_worker_count_known_only_when_the_job_runs_is_said_so(tmp_path: Path) -> None:
+    from jobfolder_util import run_check, write_job
+
+    write_job(tmp_path, {"job.sh": """
+        #!/bin/bash
+        export SCOREP_TOTAL_MEMORY=3500M
+        NGPUS=$(nvidia-smi -L | wc -l)
+        python -m scorep --cuda -m torch.distributed.launch --use_env --nproc_per_node=$NGPUS train.py
+        """, "train.py": "import torch\n"})
+    (out,) = run_check("LNC001", tmp_path)
+    assert out.message.endswith("not the workers it spawns ($NGPUS of them, known only when the job runs)")
