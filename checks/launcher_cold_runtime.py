@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from doctor import safeopen
+from doctor import pyast, safeopen
 from doctor.facts import Facts, ProbeFailure
 from doctor.limits import MAX_PYTHON_BYTES
 from doctor.model import Evidence, Status
@@ -154,7 +154,7 @@ def cuda_set_up_before(script: Any, line: int) -> int | None:
     if not marks:
         return None
     try:
-        tree = ast.parse(safeopen.read_text(script.path, MAX_PYTHON_BYTES))
+        tree = pyast.parse(safeopen.read_text(script.path, MAX_PYTHON_BYTES))
     except (OSError, SyntaxError, ValueError):
         return None
     for body, index in _ancestors(tree, line):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from doctor import safeopen
+from doctor import pyast, safeopen
 from doctor.facts import Facts
 from doctor.limits import MAX_PYTHON_BYTES
 from doctor.model import Evidence
@@ -68,7 +68,7 @@ def accelerate_version(facts: Facts) -> tuple[str, Evidence] | None:
 
 def _calls(path: str, attr: str) -> list[int]:
     try:
-        tree = ast.parse(safeopen.read_text(path, MAX_PYTHON_BYTES))
+        tree = pyast.parse(safeopen.read_text(path, MAX_PYTHON_BYTES))
     except (OSError, SyntaxError, ValueError):
         return []
     return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call)

@@ -217,6 +217,9 @@ def test_the_report_dialog_closes_once_written(job: Path) -> None:
         dialog = await open_screen(pilot, app, "e", ReportScreen)
         field = dialog.query_one("#report-path", Input)
         assert field.value == str(target)
+        form = dialog.query_one("#report-form")
+        await until(pilot, lambda: form.region.area > 0, what="the dialog drawn")
+        assert form.region.height < app.size.height // 2, form.region  # a box: the overview stays in view
         await focus_on(pilot, app, field)
         await pilot.press("enter")
         await until(pilot, lambda: not isinstance(app.screen, ReportScreen), what="the dialog to close")
@@ -295,6 +298,7 @@ def test_help_lists_the_keys_of_the_screen(job: Path) -> None:
     run_app(app, body)
     for text in shown:
         for key, what in (("f", "Fix"), ("u", "Undo"), ("l", "Launch"), ("e", "Export report"), ("q", "Quit"),
+                          ("ctrl+c", "Stop/Quit"),
                           ("enter", "open the highlighted check"), ("space", "select or unselect")):
             assert re.search(rf"\b{re.escape(key)}\b.*{re.escape(what)}", text), (key, text)
 
@@ -352,3 +356,25 @@ def test_unselected_remedies_show_an_empty_box(job: Path) -> None:
     run_app(app, body)
     assert rows["scorep-add-cuda"].startswith("▐X▌")
     assert rows["per-rank-launch"].startswith("▐ ▌"), rows["per-rank-launch"]
+
+
+def test_a_box_that_is_off_is_drawn_empty(job: Path) -> None:
+    """The launch form's warm-up and the export dialog's host hashing: `▐X▌` on, `▐ ▌` off
+    (Textual draws a dim X for off, which reads as ticked)."""
+    app = app_for(job)
+    drawn: dict[str, str] = {}
+
+    async def body(pilot: Any) -> None:
+        launch = await open_screen(pilot, app, "l", LaunchScreen)
+        warmup = launch.query_one("#warmup", Checkbox)
+        drawn["warm-up on"] = warmup.render().plain
+        warmup.value = False
+        drawn["warm-up off"] = warmup.render().plain
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, LaunchScreen), what="the overview")
+        dialog = await open_screen(pilot, app, "e", ReportScreen)
+        drawn["hash hosts off"] = dialog.query_one("#hash-hosts", Checkbox).render().plain
+
+    run_app(app, body)
+    assert drawn == {"warm-up on": "▐X▌ CUDA warm-up ", "warm-up off": "▐ ▌ CUDA warm-up ",
+                     "hash hosts off": "▐ ▌ Hash host names "}, drawn

@@ -7,6 +7,7 @@ import operator
 import re
 from collections.abc import Callable
 
+from doctor import pyast
 from doctor.jobfolder.model import EnvVar
 
 _DEFAULT_RE = re.compile(r"\$\{([A-Za-z_]\w*)(:?)-(\d+)\}")
@@ -34,7 +35,7 @@ def arith(expr: str, lookup: Callable[[str], EnvVar | None]) -> int:
     text = _DEFAULT_RE.sub(default, expr)
     text = text.replace("$", "").replace("{", "").replace("}", "").strip()
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = pyast.parse(text, mode="eval")
     except SyntaxError:
         raise _Unknown() from None
 

@@ -18,7 +18,7 @@ import ast
 import time
 from typing import Any
 
-from doctor import limits
+from doctor import limits, pyast
 from doctor.jobfolder.model import (
     UNKNOWN,
     CallSite,
@@ -372,7 +372,7 @@ def analyse(path: str, text: str, role: str, *, line_offset: int = 0, origin: Si
     `limits.MAX_PYTHON_SECONDS`) becomes `problem`, never an exception."""
     deadline = Deadline(limits.MAX_PYTHON_SECONDS if seconds is None else seconds)
     try:
-        tree = ast.parse(text, filename=path)
+        tree = pyast.parse(text, filename=path)
     except SyntaxError as exc:
         line = (exc.lineno or 0) + line_offset
         return PyScript(path, role, origin, f"syntax error at line {line}: {exc.msg}", notes,

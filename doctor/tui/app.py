@@ -91,17 +91,19 @@ class DoctorApp(App[int]):
     CSS_PATH = "doctor.tcss"
     TITLE = "gpu-doctor"
     COMMANDS = App.COMMANDS | {DoctorCommands}
+    # The footer shows these in this order and cuts what does not fit: at 80 columns the flow's
+    # keys, help and quit stay. ctrl+c is in the help, not the footer (q quits, s stops ranks).
     BINDINGS = [
         Binding("enter", "open", "Details", show=False),
-        Binding("r", "rerun", "Re-run"),
         Binding("f", "fix", "Fix"),
         Binding("u", "undo", "Undo"),
         Binding("l", "launch", "Launch"),
         Binding("e", "report", "Export report"),
         Binding("question_mark,f1", "help", "Help"),
-        Binding("p", "problems_only", "Problems only"),
-        Binding("ctrl+c", "stop_or_quit", "Stop/Quit", priority=True),
         Binding("q", "quit", "Quit"),
+        Binding("r", "rerun", "Re-run"),
+        Binding("p", "problems_only", "Problems only"),
+        Binding("ctrl+c", "stop_or_quit", "Stop/Quit", priority=True, show=False),
     ]
 
     def __init__(self, case: Case, options: Options) -> None:

@@ -54,11 +54,12 @@ class HelpScreen(ModalScreen[None]):
 
 
 def screen_keys(bindings: Mapping[str, ActiveBinding]) -> list[tuple[str, str]]:
-    """(keys, description) of the bindings the footer shows, one row per action."""
+    """(keys, description) of the bindings the footer shows, and the app's own keys it leaves
+    out for room (ctrl+c), one row per action."""
     rows: dict[str, tuple[str, str]] = {}
     for key, active in bindings.items():
         binding = active.binding
-        if not binding.description or not binding.show:
+        if not binding.description or binding.system or not (binding.show or binding.priority):
             continue  # the widgets' own keys (cursor moves...) are summed up in WIDGET_KEYS
         have = rows.get(binding.action)
         name = key_name(key)

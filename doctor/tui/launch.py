@@ -24,7 +24,6 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import (
     Button,
-    Checkbox,
     DataTable,
     Footer,
     Header,
@@ -37,6 +36,7 @@ from textual.widgets import (
 )
 
 from doctor.case import Case
+from doctor.tui.tickbox import Tickbox
 from doctor.wording import count
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class LaunchScreen(Screen[None]):
             yield labelled(Select([("uninstrumented", "none"), ("Score-P --cuda", "scorep")],
                                   value=str(self.options.extra.get("instrument", "none")), id="instrument",
                                   allow_blank=False), "measurement")
-            yield Checkbox("CUDA warm-up", value=bool(self.options.extra.get("warmup", True)), id="warmup")
+            yield Tickbox("CUDA warm-up", value=bool(self.options.extra.get("warmup", True)), id="warmup")
             yield Button("Start", variant="primary", id="start")
         yield DataTable(id="ranks", cursor_type="row")
         yield Log(id="rank-log", max_lines=LOG_MAX_LINES, highlight=False)
@@ -193,7 +193,7 @@ class LaunchScreen(Screen[None]):
         return LaunchSpec(script=words[0], args=tuple(words[1:]), nproc=nproc,
                           python=self.case.job_python, workdir=workdir,
                           instrument=str(self.query_one("#instrument", Select).value),
-                          warmup=self.query_one("#warmup", Checkbox).value,
+                          warmup=self.query_one("#warmup", Tickbox).value,
                           grace_s=float(self.options.extra.get("grace_s", 5.0)),
                           rendezvous_timeout_s=float(self.options.extra.get("rendezvous_timeout_s", 300.0)))
 

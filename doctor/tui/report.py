@@ -11,9 +11,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
 
 from doctor.case import Case
+from doctor.tui.tickbox import Tickbox
 
 if TYPE_CHECKING:
     from doctor.tui.options import Options
@@ -54,7 +55,7 @@ class ReportScreen(ModalScreen[Path | None]):
         with Vertical(id="report-form"):
             yield Label("Export a redacted report (.html, .md, .json or .tar.gz)")
             yield Input(str(default_report_path(self.case)), id="report-path")
-            yield Checkbox("Hash host names", id="hash-hosts")
+            yield Tickbox("Hash host names", id="hash-hosts")
             with Horizontal():
                 yield Button("Write", variant="primary", id="write")
                 yield Button("Cancel", id="cancel")
@@ -69,7 +70,7 @@ class ReportScreen(ModalScreen[Path | None]):
     def start_write(self) -> None:
         target = Path(self.query_one("#report-path", Input).value).expanduser()
         self.query_one("#report-status", Static).update(Text(f"writing {target}…"))
-        self.write_worker(target, self.query_one("#hash-hosts", Checkbox).value)
+        self.write_worker(target, self.query_one("#hash-hosts", Tickbox).value)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="report",
           description="writing the report")
