@@ -188,14 +188,15 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
                              ["Apply per-rank-launch: gpu-doctor fix --only per-rank-launch --apply --unsafe"])
         if not several and not cmd.background:
             continue
-        rank = rank_spelling(cmd)
+        task_rank = _task_rank(cmd)
+        rank = task_rank or rank_spelling(cmd)
         if rank is None:
             raise CannotPlan(f"{where(job, None, cmd)}: cannot tell which rank this launch runs",
                              ["Start each rank with its own folder: SCOREP_EXPERIMENT_DIRECTORY="
                               "scorep_rank_$RANK python -m scorep ... (or use gpu-doctor launch)."])
         value = f"scorep_rank_{rank}"
         span = value_span(var) if var is not None else None
-        if _srun_task(cmd):  # the batch shell expands the line once: name the folder in each task's shell
+        if task_rank:  # the batch shell expands the line once: name the folder in each task's shell
             first = cmd.argv_words[len(cmd.argv) - len(argvmod.strip_wrappers(list(cmd.argv))[1])].span
             edits.insert(first.file, first.start, first.line,
                          f"bash -c 'SCOREP_EXPERIMENT_DIRECTORY={value} exec \"$@\"' bash ")
@@ -216,10 +217,19 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
         ctx.note = "every launch already has its own folder, or per-rank-launch writes them"
 
 
-def _srun_task(cmd: Command) -> bool:
-    """`srun ... python -m scorep` on the command itself (not a loop variable, not a per-task shell)."""
-    return cmd.loop is None and cmd.parent is None and any(argvmod.base(a) == "srun" for a in cmd.argv) \
-        and any(w.name == "srun" for w in cmd.wrappers)
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
+
+
+def _task_rank(cmd: Command) -> str | None:
+    """For `srun ... python -m scorep` or `mpirun ... python -m scorep` on the command itself (not a
+    loop variable, not a per-task shell): each task's rank as that task's own shell spells it."""
+    if cmd.loop is not None or cmd.parent is not None:
+        return None
+    for name, rank in (("srun", "${SLURM_PROCID}"), *((m, "${OMPI_COMM_WORLD_RANK:-${PMI_RANK}}")
+                                                      for m in MPI_LAUNCHERS)):
+        if any(argvmod.base(a) == name for a in cmd.argv) and any(w.name == name for w in cmd.wrappers):
+            return rank
+    return None
 
 
 def _on_command(cmd: Command, var: EnvVar) -> bool:

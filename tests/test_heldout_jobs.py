@@ -55,6 +55,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "dotenv_export": {"SCP003": {("scorep.env", 3)}},  # export $(grep -v '^#' scorep.env | xargs)
 }
 
+MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
+
 # folder -> text the fixed folder must hold (each edit where the value is set, and only there)
 AFTER: dict[str, list[tuple[str, str]]] = {
     "mpirun_wrapper": [("scorep_wrapper.sh", "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${RANK} python -m scorep --cuda "
@@ -78,11 +80,13 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "submit_dir_memory": [("job.slurm", "export SCOREP_TOTAL_MEMORY=3500M\n")],
     "if_profile_switch": [("job.sh", 'LAUNCH="python -m scorep --cuda --mpp=none"\n'), ("job.sh", "LAUNCH=python\n")],
     "srun_export": [("job.sh", "srun --export=ALL,SCOREP_ENABLE_TRACING=true,SCOREP_TOTAL_MEMORY=3500M \\\n")],
+    # mpirun on the job script's own line: the batch shell would expand a per-rank value once, so
+    # each task's own shell names its folder
+    "mpirun_direct": [("job.sh", "-x MASTER_PORT=29555 " + MPI_TASK_PREFIX + "python -m scorep --cuda train_mpi.py\n")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
-# (mpirun on the job script's own line: the batch shell expands a per-rank value once)
-CANNOT: dict[str, dict[str, str]] = {"mpirun_direct": {"SCP006": "scorep-per-rank-dirs"}}
+CANNOT: dict[str, dict[str, str]] = {}
 
 
 def test_every_heldout_folder_has_both_variants_and_an_expectation() -> None:
@@ -126,6 +130,19 @@ def test_fix_leaves_the_heldout_job_clean_or_says_why_not_and_undo_restores_it(
         assert main(["undo", str(job)]) == 0
         capsys.readouterr()
     assert snapshot(job) == before
+
+
+@pytest.mark.parametrize("rank_env", [{"OMPI_COMM_WORLD_RANK": "3"}, {"PMI_RANK": "3"}])
+def test_the_mpi_task_prefix_names_the_folder_from_the_rank_its_own_launcher_sets(
+        rank_env: dict[str, str], tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    # what mpirun runs in each task (Open MPI sets OMPI_COMM_WORLD_RANK, MPICH/Hydra PMI_RANK)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMPI_COMM_WORLD_RANK", "PMI_RANK")} | rank_env
+    proc = subprocess.run(f"{MPI_TASK_PREFIX}printenv SCOREP_EXPERIMENT_DIRECTORY", shell=True, env=env,
+                          capture_output=True, text=True, timeout=30, executable="/bin/bash")
+    assert proc.stdout == "scorep_rank_3\n", proc.stderr
 
 
 def test_a_case_arm_that_cannot_run_is_not_read_as_a_launch() -> None:
