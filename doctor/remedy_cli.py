@@ -103,10 +103,12 @@ def listing(plan: Plan, n_findings: int) -> str:
 
 def _steps(rp: RemedyPlan) -> list[str]:
     out = []
-    for i, step in enumerate(rp.steps, 1):
-        wrapped = textwrap.wrap(step, 100, subsequent_indent="               ") if not step.startswith(" ") \
-            else [step]
-        out.append(f"            {i}. {wrapped[0]}" if not step.startswith(" ") else f"            {step}")
+    for i, step in rp.numbered_steps():
+        if i is None:  # a code block's line: as written, under its step's text
+            out.append(f"               {step}")
+            continue
+        wrapped = textwrap.wrap(step, 100, subsequent_indent="               ")
+        out.append(f"            {i}. {wrapped[0]}")
         out += wrapped[1:]
     return out
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,10 @@ def cuda_warmup(ctx: RemedyContext) -> None:
             continue
         done.add(root.site.file)
         if WARMUP_MARK in edits.doc(root.site.file).text:
-            ctx.note = "the warm-up is already there"
+            where = job.rel(root.site.file)
+            ctx.note = (f"{where}, which per-rank-launch writes, warms CUDA up before its ranks"
+                        if not os.path.exists(root.site.file) else
+                        f"{where} already warms CUDA up before the instrumented launch")
             continue
         python = launch.interpreter if not launch.interpreter.startswith("$") else "python"
         line = root.statement_line or root.site.line

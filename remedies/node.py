@@ -19,8 +19,8 @@ manual_remedy(
     [
         "In the job script, before the first `python -m scorep ...` line, insert this loop "
         "(it uses try/except semantics: the exit status of a real CUDA op, never is_available()):",
-        *WARMUP.splitlines(),
-        "Run it with the job's own python and without LD_PRELOAD/Score-P in the environment;",
+        *("    " + line for line in WARMUP.splitlines()),  # one step: the loop, as a code block
+        "Run it with the job's own python and without LD_PRELOAD/Score-P in the environment; "
         "every later process (also the instrumented ranks) then finds the runtime initialised.",
         "`gpu-doctor fix` can insert it for you (launcher check LNC002).",
     ],

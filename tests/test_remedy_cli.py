@@ -183,3 +183,18 @@ def test_undo_with_nothing_applied_and_the_list(tmp_path: Path, capsys: pytest.C
     assert "applied" in listed and "scorep-total-memory" in listed
     assert main(["undo", str(job / "job.sbatch")]) == 0  # a file as PATH means its folder (issue 17)
     assert "is a file: examining its folder" in capsys.readouterr().err
+
+
+def test_a_manual_step_with_a_code_block_is_one_numbered_step_with_its_lines_under_it() -> None:
+    from doctor import registry
+    from doctor.remedy.model import RemedyPlan
+    from doctor.remedy_cli import _steps
+
+    rem = registry.remedy_for("node-cuda-warmup")
+    assert rem is not None
+    plan = RemedyPlan(rem.id, rem.safety, rem.title, ("GPU003",), steps=tuple(rem.steps), status="manual")
+    lines = _steps(plan)
+    numbered = [ln.strip().split(".", 1)[0] for ln in lines if re.match(r"\s+\d+\. ", ln)]
+    assert numbered == ["1", "2", "3"]  # the loop is not steps 2-7
+    loop = lines.index("                   for attempt in $(seq 1 30); do")
+    assert lines[loop + 5] == "                   done" and lines[loop + 6].startswith("            2. Run it with")

@@ -245,7 +245,7 @@ class FixScreen(Screen[bool]):
         for rp in self.manual():
             if rp.steps:
                 parts.append(Text(f"# {rp.remedy_id} ({rp.status}): {rp.title}", style="bold cyan"))
-                parts += [Text(f"  {i}. {s}") for i, s in enumerate(rp.steps, 1)]
+                parts += [Text(f"  {i}. {s}" if i is not None else f"     {s}") for i, s in rp.numbered_steps()]
         self.query_one("#fix-diff", Static).update(Group(*parts) if parts else Text("nothing selected",
                                                                                      style="dim"))
 
