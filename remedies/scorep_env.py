@@ -200,7 +200,7 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
             first = cmd.argv_words[len(cmd.argv) - len(argvmod.strip_wrappers(list(cmd.argv))[1])].span
             edits.insert(first.file, first.start, first.line,
                          f"bash -c 'SCOREP_EXPERIMENT_DIRECTORY={value} exec \"$@\"' bash ")
-        elif var is not None and span is not None and _per_rank_scope(cmd, var):
+        elif var is not None and span is not None and _per_rank_scope(cmd, var, rank):
             edits.replace(span, value)
         elif var is None or _on_command(cmd, var) is False:
             head = cmd.span
@@ -220,6 +220,11 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
 MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
 
 
+def _task_launcher_on_line(cmd: Command) -> bool:
+    """Whether srun/mpirun is on this command's own line (the batch shell expands it once)."""
+    return any(argvmod.base(a) in ("srun", *MPI_LAUNCHERS) for a in cmd.argv)
+
+
 def _task_rank(cmd: Command) -> str | None:
     """For `srun ... python -m scorep` or `mpirun ... python -m scorep` on the command itself (not a
     loop variable, not a per-task shell): each task's rank as that task's own shell spells it."""
@@ -237,7 +242,7 @@ def _on_command(cmd: Command, var: EnvVar) -> bool:
     return var in cmd.inline
 
 
-def _per_rank_scope(cmd: Command, var: EnvVar) -> bool:
+def _per_rank_scope(cmd: Command, var: EnvVar, rank: str) -> bool:
     """Whether a value written where `var` is set is read once per rank (so `${RANK}` differs)."""
     if var.site is None:
         return False
@@ -247,6 +252,11 @@ def _per_rank_scope(cmd: Command, var: EnvVar) -> bool:
         return False
     if cmd.parent is not None:  # the wrapper script: every line runs in each worker
         return True
+    if cmd.per_task and not _task_rank(cmd) and not _task_launcher_on_line(cmd):
+        # a script srun/mpirun runs once per task: its export is read in each task, once the
+        # rank it names is set there (a wrapper's own `export RANK=...` must come first)
+        own = cmd.env.get(rank.strip("${}")) if rank.startswith("${") else None
+        return own is None or own.site is None or own.site.file != var.site.file or own.site.line < var.site.line
     return cmd.loop is not None and cmd.loop.site.line <= var.site.line <= cmd.site.line
 
 

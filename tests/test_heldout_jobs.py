@@ -59,8 +59,9 @@ MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_
 
 # folder -> text the fixed folder must hold (each edit where the value is set, and only there)
 AFTER: dict[str, list[tuple[str, str]]] = {
-    "mpirun_wrapper": [("scorep_wrapper.sh", "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${RANK} python -m scorep --cuda "
-                                             '"$@"\n')],
+    # the wrapper runs once per task: its own export names each rank's folder, after its RANK
+    "mpirun_wrapper": [("scorep_wrapper.sh", 'fi\nexport SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${RANK}\n'
+                                             'python -m scorep --cuda "$@"\n')],
     "case_mode": [("job.sh", 'srun python -m scorep --cuda -- train.py --steps "$STEPS"\n'),  # not run: untouched
                   ("job.sh", "export SCOREP_TOTAL_MEMORY=3500M\n        srun")],
     "array_configs": [("sweep.sbatch", "export SCOREP_CUDA_ENABLE=kernel,memcpy,idle\n")],
@@ -143,6 +144,20 @@ def test_the_mpi_task_prefix_names_the_folder_from_the_rank_its_own_launcher_set
     proc = subprocess.run(f"{MPI_TASK_PREFIX}printenv SCOREP_EXPERIMENT_DIRECTORY", shell=True, env=env,
                           capture_output=True, text=True, timeout=30, executable="/bin/bash")
     assert proc.stdout == "scorep_rank_3\n", proc.stderr
+
+
+def test_a_per_task_wrapper_that_exports_its_folder_before_its_rank_gets_the_folder_on_the_launch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(HELDOUT / "mpirun_wrapper" / "broken", job)
+    wrapper = job / "scorep_wrapper.sh"
+    text = wrapper.read_text().replace("export SCOREP_EXPERIMENT_DIRECTORY=scorep_mpi_run\n", "")
+    wrapper.write_text(text.replace("# Which rank", "export SCOREP_EXPERIMENT_DIRECTORY=scorep_mpi_run\n# Which rank"))
+    out, verified, left = fix_apply_unsafe(job, capsys)
+    assert verified.get("scorep-per-rank-dirs") is True and not left, out
+    fixed = wrapper.read_text()  # ${RANK} is empty where the export stands: the launch line names it
+    assert "export SCOREP_EXPERIMENT_DIRECTORY=scorep_mpi_run\n" in fixed
+    assert 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${RANK} python -m scorep --cuda "$@"\n' in fixed
 
 
 def test_a_case_arm_that_cannot_run_is_not_read_as_a_launch() -> None:
