@@ -44,8 +44,11 @@ def _ranks(matches: list[dict[str, Any]]) -> list[int]:
 
 def torch_import(job: Job, launch: Launch) -> str | None:
     """Why the measured process imports torch (None: it does not, as far as the folder shows)."""
-    if launch.spawner is not None:
-        return f"{launch.spawner.kind} imports torch"
+    sp = launch.spawner
+    if sp is not None:  # the launcher itself runs under Score-P (LNC001) and imports torch to spawn
+        if sp.kind == "wrapper-script" and sp.wrapper_script:
+            return f"{job.rel(sp.wrapper_script)} runs torch.distributed.run, which imports torch"
+        return f"{sp.kind}, the launcher Score-P wraps, imports torch"
     path = launch.training_script or launch.script
     entry = job.script(path)
     if entry is None:

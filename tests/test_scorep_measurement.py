@@ -120,6 +120,21 @@ def test_memory_reasons_name_the_value_once_and_say_when_score_p_clamps_it() -> 
 # -- SCP010 -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("launch,files,why", [
+    ("python -m scorep --cuda scorep_torchrun.py --nproc_per_node=2 train.py",
+     {"scorep_torchrun.py": "from torch.distributed.run import main\n\nmain()\n"},
+     "unfiltered (scorep_torchrun.py runs torch.distributed.run, which imports torch)"),
+    ("python -m scorep --cuda $(which torchrun) --nproc_per_node=2 train.py", {},
+     "unfiltered (torchrun, the launcher Score-P wraps, imports torch)"),
+])
+def test_scp010_names_what_imports_torch_when_score_p_wraps_the_launcher(
+        tmp_path: Path, launch: str, files: dict[str, str], why: str) -> None:
+    root = write_job(tmp_path, {"job.sh": f"#!/bin/bash\nexport SCOREP_TOTAL_MEMORY=3500M\n{launch}\n",
+                                "train.py": TRAIN, **files})
+    [note] = run_check("SCP010", root)
+    assert why in note.message, note.message
+
+
 def test_scp010_before_any_run_only_notes_the_unfiltered_instrumenter(tmp_path: Path) -> None:
     [note] = run_check("SCP010", job(tmp_path))
     assert note.status == Status.PASS and "unfiltered (train.py:3 imports torch)" in note.message
