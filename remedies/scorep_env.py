@@ -10,9 +10,11 @@ change how Score-P measures, not what the job computes.
 
 from __future__ import annotations
 
+import re
+
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import Command, EnvVar, Span
-from doctor.jobfolder.queries import rank_spelling, settings
+from doctor.jobfolder.queries import TASK_RANKS, rank_spelling, settings
 from doctor.jobfolder.scorep_values import (
     PROPOSED_TOTAL_MEMORY,
     TOTAL_MEMORY_LIMIT,
@@ -217,12 +219,9 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
         ctx.note = "every launch already has its own folder, or per-rank-launch writes them"
 
 
-MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
-
-
-def _task_launcher_on_line(cmd: Command) -> bool:
-    """Whether srun/mpirun is on this command's own line (the batch shell expands it once)."""
-    return any(argvmod.base(a) in ("srun", *MPI_LAUNCHERS) for a in cmd.argv)
+def _task_launcher_on_line(cmd: Command) -> str | None:
+    """The srun/mpirun on this command's own line (the batch shell expands that line once)."""
+    return next((argvmod.base(a) for a in cmd.argv if argvmod.base(a) in TASK_RANKS), None)
 
 
 def _task_rank(cmd: Command) -> str | None:
@@ -230,11 +229,8 @@ def _task_rank(cmd: Command) -> str | None:
     loop variable, not a per-task shell): each task's rank as that task's own shell spells it."""
     if cmd.loop is not None or cmd.parent is not None:
         return None
-    for name, rank in (("srun", "${SLURM_PROCID}"), *((m, "${OMPI_COMM_WORLD_RANK:-${PMI_RANK}}")
-                                                      for m in MPI_LAUNCHERS)):
-        if any(argvmod.base(a) == name for a in cmd.argv) and any(w.name == name for w in cmd.wrappers):
-            return rank
-    return None
+    name = _task_launcher_on_line(cmd)
+    return TASK_RANKS[name] if name is not None and any(w.name == name for w in cmd.wrappers) else None
 
 
 def _on_command(cmd: Command, var: EnvVar) -> bool:
@@ -252,10 +248,11 @@ def _per_rank_scope(cmd: Command, var: EnvVar, rank: str) -> bool:
         return False
     if cmd.parent is not None:  # the wrapper script: every line runs in each worker
         return True
-    if cmd.per_task and not _task_rank(cmd) and not _task_launcher_on_line(cmd):
+    if cmd.per_task and _task_launcher_on_line(cmd) is None:
         # a script srun/mpirun runs once per task: its export is read in each task, once the
         # rank it names is set there (a wrapper's own `export RANK=...` must come first)
-        own = cmd.env.get(rank.strip("${}")) if rank.startswith("${") else None
+        named = re.fullmatch(r"\$\{?(\w+)\}?", rank)
+        own = cmd.env.get(named.group(1)) if named else None
         return own is None or own.site is None or own.site.file != var.site.file or own.site.line < var.site.line
     return cmd.loop is not None and cmd.loop.site.line <= var.site.line <= cmd.site.line
 

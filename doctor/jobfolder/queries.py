@@ -247,6 +247,12 @@ def origin_evidence(job: Job, cmd: Command, index: int | None, label: str = "wri
     return Evidence(site.text if site is not None else word.text, job.rel(span.file), span.line, label)
 
 
+# Each task's own rank, as the shell of a task that srun or mpirun starts spells it: Slurm's, and
+# Open MPI's, else MPICH/Hydra's (PMI).
+_MPI_RANK = "${OMPI_COMM_WORLD_RANK:-${PMI_RANK}}"
+TASK_RANKS = {"srun": "${SLURM_PROCID}", "mpirun": _MPI_RANK, "mpiexec": _MPI_RANK, "orterun": _MPI_RANK}
+
+
 def rank_spelling(cmd: Command) -> str | None:
     """How a measured process's own rank is written so that it differs per rank: the loop
     variable of a backgrounded loop, the RANK the command sets, RANK in a torchrun worker,
@@ -265,10 +271,10 @@ def rank_spelling(cmd: Command) -> str | None:
         return "${RANK}"
     names = {w.name for w in cmd.wrappers}
     if "srun" in names:
-        return "${SLURM_PROCID}"
-    mpi = {"mpirun", "mpiexec", "orterun"}
+        return TASK_RANKS["srun"]
+    mpi = {n for n in TASK_RANKS if n != "srun"}
     if names & mpi and not any(os.path.basename(a) in mpi for a in cmd.argv):
         # inside the script mpirun starts per rank (on the mpirun line itself, the outer shell would
-        # expand it once): Open MPI's rank, else MPICH/Hydra's (PMI)
-        return "${OMPI_COMM_WORLD_RANK:-${PMI_RANK}}"
+        # expand it once)
+        return TASK_RANKS["mpirun"]
     return None
