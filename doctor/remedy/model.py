@@ -100,20 +100,15 @@ class RemedyPlan:
     def numbered_steps(self) -> list[tuple[int | None, str]]:
         """The steps as the user reads them: (number, text) for each step, (None, text) for a line
         that continues the step above (it starts with a space: a code block's lines)."""
-        return numbered_steps(self.steps)
-
-
-def numbered_steps(steps: tuple[str, ...] | list[str]) -> list[tuple[int | None, str]]:
-    """Number a remedy's steps; a line that starts with a space continues the step above it."""
-    out: list[tuple[int | None, str]] = []
-    n = 0
-    for step in steps:
-        if step.startswith(" ") and n:
-            out.append((None, step))
-        else:
-            n += 1
-            out.append((n, step))
-    return out
+        out: list[tuple[int | None, str]] = []
+        n = 0
+        for step in self.steps:
+            if step.startswith(" ") and n:
+                out.append((None, step))
+            else:
+                n += 1
+                out.append((n, step))
+        return out
 
 
 @dataclass(frozen=True)
