@@ -116,12 +116,11 @@ def socket_interface(facts: Facts) -> Outcome:
     host = facts.case.host
     facts_ev = [Evidence(f"{r.hostname} resolves to {', '.join(r.resolved) or 'nothing'}", label="getent ahosts"),
                 Evidence(f"{r.master} ({whence}) via {r.interface} src {r.source}", label="ip route get")]
-    data: dict[str, Any] = {"interface": r.interface, "host": host, "master": r.master,
-                            "missing": [v for v in VARIABLES if v not in own], "file": cmd.site.file,
-                            "line": cmd.site.line}
+    missing = [v for v in VARIABLES if v not in own]
+    data: dict[str, Any] = {"interface": r.interface, "host": host, "master": r.master, "missing": missing,
+                            "file": cmd.site.file, "line": cmd.site.line}
     gloo = None if "GLOO_SOCKET_IFNAME" in own else r.problem()
     nccl = None if "NCCL_SOCKET_IFNAME" in own else r.nccl_problem()
-    missing = [v for v in VARIABLES if v not in own]
     unset = " and ".join(missing)
     sets_no = f"neither {missing[0]} nor {missing[1]}" if len(missing) == 2 else f"no {missing[0]}"
     launch = ev(job, cmd.site, "launch")
