@@ -10,11 +10,13 @@ import errno
 import os
 import stat
 from dataclasses import dataclass
+from pathlib import Path
 
-from doctor.safeopen import UnsafeFile, read_regular
+from doctor import limits
+from doctor.safeopen import UnsafeFile, is_inside, read_regular
 from doctor.safeopen import peek as peek
 
-MAX_BYTES = 4 * 1024 * 1024  # bigger files are not analysed (say so)
+MAX_BYTES = limits.MAX_FILE_BYTES  # bigger files are not analysed (say so)
 BINARY_PROBE = 8192
 
 
@@ -30,9 +32,7 @@ class Source:
 
 def inside(path: str, root: str) -> bool:
     """Whether `path` (already absolute) lies in `root`."""
-    root = os.path.normpath(root)
-    path = os.path.normpath(path)
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+    return is_inside(Path(os.path.normpath(path)), Path(os.path.normpath(root)))
 
 
 def resolve(path: str, root: str | None, no_symlinks: bool) -> tuple[str | None, str | None]:
