@@ -151,18 +151,20 @@ class FactProvider:
     fn: ProviderFn
     timeout: float = 10.0
     reads_user_files: bool = False
+    eager: bool = True  # started with the run; False: only when a check asks for it
 
 
 PROVIDERS: dict[str, FactProvider] = {}
 _imported: set[str] = set()
 
 
-def provider(name: str, *, timeout: float = 10.0,
-             reads_user_files: bool = False) -> Callable[[ProviderFn], ProviderFn]:
-    """Register a fact provider."""
+def provider(name: str, *, timeout: float = 10.0, reads_user_files: bool = False,
+             eager: bool = True) -> Callable[[ProviderFn], ProviderFn]:
+    """Register a fact provider. `eager=False`: the run does not start it up front; it is
+    computed when a check asks (for a probe only some jobs need, e.g. one that asks slurmctld)."""
 
     def register(fn: ProviderFn) -> ProviderFn:
-        PROVIDERS[name] = FactProvider(name, fn, timeout, reads_user_files)
+        PROVIDERS[name] = FactProvider(name, fn, timeout, reads_user_files, eager)
         return fn
 
     return register

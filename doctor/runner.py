@@ -16,7 +16,7 @@ from typing import Any
 
 from doctor import registry
 from doctor.case import Case
-from doctor.facts import Facts, ProbeFailure
+from doctor.facts import Facts, ProbeFailure, provider_for
 from doctor.model import CheckResult, Finding, Outcome, Status, skip, timeout, unknown
 from doctor.registry import Check
 
@@ -115,8 +115,10 @@ def run_checks(case: Case, check_ids: Sequence[str], budget_s: float = 60.0,
     workers = max(1, min(len(needed), (os.cpu_count() or 2) * 2, 16))
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe")
     try:
-        for name in needed:  # start every probe at once; checks below wait on the ones they need
-            pool.submit(facts.get, name)
+        for name in needed:  # start every eager probe at once; checks below wait on the ones they need
+            prov = provider_for(name)
+            if prov is None or prov.eager:
+                pool.submit(facts.get, name)
         done: dict[str, CheckResult] = {}
         results: list[CheckResult] = []
         for chk in checks:

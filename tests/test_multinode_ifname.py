@@ -247,3 +247,32 @@ def test_lnc004_under_fix_skips_the_node_question(tmp_path: Path) -> None:
     [out] = lnc004(tmp_path, TWO_NODES.format(exports=""),
                    ProbeFailure("socket_route", "error", "not probed: gpu-doctor fix reads the job folder only"))
     assert out.status == Status.SKIP and "gpu-doctor --check-only` on a node of the allocation" in out.message
+
+
+def test_the_socket_route_probe_runs_only_when_lnc004_needs_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a Slurm job the probe asks scontrol for the nodes: a one-node gate run must not start it."""
+    import dataclasses
+
+    from doctor import facts as factsmod
+    from doctor.case import Case
+    from doctor.runner import run_checks
+
+    asked: list[str] = []
+    prov = factsmod.provider_for("socket_route")
+    assert prov is not None and not prov.eager
+
+    def counting(ctx):  # type: ignore[no-untyped-def]
+        asked.append(ctx.case.host)
+        return prov.fn(ctx)
+
+    monkeypatch.setitem(factsmod.PROVIDERS, "socket_route", dataclasses.replace(prov, fn=counting))
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text("import torch\n")
+    env = {"PATH": "/usr/bin:/bin", "MASTER_ADDR": "127.0.0.1"}
+    (job / "job.sh").write_text("#!/bin/bash\n#SBATCH --nodes=1\ntorchrun --nproc_per_node=2 train.py\n")
+    [one] = [r for r in run_checks(Case(root=job, env=env), ["LNC004"]).results if r.check_id == "LNC004"]
+    assert one.status.value == "skip" and asked == []
+    (job / "job.sh").write_text("#!/bin/bash\n#SBATCH --nodes=2\ntorchrun --nnodes=2 --nproc_per_node=2 train.py\n")
+    run_checks(Case(root=job, env=env), ["LNC004"])
+    assert len(asked) == 1

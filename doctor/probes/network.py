@@ -27,7 +27,8 @@ def master_of(env: Mapping[str, str]) -> tuple[str, str]:
     return "", "no MASTER_ADDR and no Slurm allocation here"
 
 
-@provider("socket_route", timeout=20.0)
+# Not eager: in a Slurm job it asks scontrol for the nodes; LNC004 asks for it only across nodes.
+@provider("socket_route", timeout=20.0, eager=False)
 def socket_route(ctx: ProbeContext) -> dict[str, Any]:
     from doctor.launch import ifname
 
