@@ -27,6 +27,7 @@ COMMANDS = {
     "fix": "doctor.remedy_cli:fix_main",
     "undo": "doctor.remedy_cli:undo_main",
     "timeline": "doctor.timeline.cli:main",
+    "fleet": "doctor.fleet.cli:main",
 }
 
 
@@ -41,6 +42,9 @@ def build_parser() -> Parser:
                    help="prologue (default for --check-only), scorep-ddp, post-run, p2p, or a .toml file")
     p.add_argument("--json", action="store_true", help="print the JSON verdict on stdout")
     p.add_argument("--json-file", metavar="FILE", help="also write the JSON verdict to FILE")
+    p.add_argument("--prometheus", metavar="FILE",
+                   help="also write the verdict in Prometheus text format to FILE (node_exporter's "
+                        "textfile collector; replaced atomically)")
     p.add_argument("--fail-on", choices=("error", "warning"), default="error",
                    help="the threshold for exit code 1 (default: error)")
     p.add_argument("--only", action="append", default=[], metavar="ID", help="run only these checks")
@@ -61,7 +65,8 @@ def gate_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if playbook.reads_user_files and args.path is None:
         args.path = "."
     options = GateOptions(budget_s=args.timeout, fail_on=args.fail_on, only=tuple(args.only),
-                          json=args.json, json_file=args.json_file, quiet=args.quiet, argv=tuple(argv))
+                          json=args.json, json_file=args.json_file,
+                          prometheus=args.prometheus, quiet=args.quiet, argv=tuple(argv))
     return run_gate(case_from_args(args, gate=True), playbook, options)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ class GateOptions:
     only: tuple[str, ...] = ()  # run just these check IDs (at --level 2)
     json: bool = False  # the JSON document on stdout instead of the reason line
     json_file: str | None = None  # also write the JSON document here
+    prometheus: str | None = None  # also write the verdict in Prometheus text format here
     quiet: bool = False  # no progress on stderr
     argv: tuple[str, ...] = ()  # the command line, recorded in the JSON document
 
@@ -63,13 +65,29 @@ def checks_heading(check_ids: list[str]) -> str:
     return f"{head} ({', '.join(check_ids)}, and {', '.join(deps)} {'it depends' if one else 'they depend'} on)"
 
 
+def _written(path: str, write: Callable[[Path], None]) -> bool:
+    """Run `write` on `path` (its folder made first); False, said in one line, when it cannot."""
+    try:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write(target)
+    except UnsafeFile as exc:
+        print(f"gpu-doctor: error: cannot write {exc}", file=sys.stderr)
+        return False
+    except OSError as exc:
+        print(f"gpu-doctor: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def run_gate(case: Case, playbook: Playbook, options: GateOptions) -> int:
     """Run the playbook's checks on the case; print the verdict; return the exit code."""
-    if options.json_file:  # refuse a device, FIFO or symlink before any check runs
-        try:
-            check_replaceable(options.json_file)
-        except UnsafeFile as exc:
-            raise UsageError(f"--json-file: cannot write {exc}") from None
+    for flag, target in (("--json-file", options.json_file), ("--prometheus", options.prometheus)):
+        if target:  # refuse a device, FIFO or symlink before any check runs
+            try:
+                check_replaceable(target)
+            except UnsafeFile as exc:
+                raise UsageError(f"{flag}: cannot write {exc}") from None
     if not playbook.reads_user_files:  # the prologue reads no user files, whatever PATH says
         case = dataclasses.replace(case, root=None)
     check_ids = list(playbook.checks)
@@ -98,17 +116,13 @@ def run_gate(case: Case, playbook: Playbook, options: GateOptions) -> int:
         except (OSError, ValueError) as exc:
             print(f"gpu-doctor: note: cannot read the fix journal: {exc}", file=sys.stderr)
     doc = run_json(run, options.fail_on, list(options.argv))
-    if options.json_file:
-        try:
-            target = Path(options.json_file)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(target, (json.dumps(doc, indent=2, default=str) + "\n").encode("utf-8"))
-        except UnsafeFile as exc:
-            print(f"gpu-doctor: error: cannot write {exc}", file=sys.stderr)
-            return ExitCode.ERROR
-        except OSError as exc:
-            print(f"gpu-doctor: error: cannot write {options.json_file}: {exc.strerror or exc}",
-                  file=sys.stderr)
+    if options.json_file and not _written(options.json_file, lambda target: write_atomic(
+            target, (json.dumps(doc, indent=2, default=str) + "\n").encode("utf-8"))):
+        return ExitCode.ERROR
+    if options.prometheus:
+        from doctor.prometheus import write_prometheus
+
+        if not _written(options.prometheus, lambda target: write_prometheus(target, doc)):
             return ExitCode.ERROR
     if options.json:
         print_json(doc)

@@ -104,6 +104,16 @@ def test_the_prolog_drains_only_the_broken_node_and_the_fix_keeps_the_job_off_it
     gpu003 = check(json.loads((prologs.verdicts / "node-node2.json").read_text()), "GPU003")
     assert gpu003["entities"] == [{"host": "node2"}]
 
+    # The admin's view of the shared verdict folder: node2 fails now, Slurm drained it for that.
+    view = subprocess.run([PYTHON, "-m", "doctor", "fleet", str(prologs.verdicts), "--json"], capture_output=True,
+                          text=True, timeout=60, cwd=REPO, env={**cluster.env, "SLURM_CONF": str(cluster.conf)})
+    assert view.returncode == 0, view.stderr
+    doc = json.loads(view.stdout)
+    assert {n["node"] for n in doc["nodes"]} == {"node1", "node2"}, doc["nodes"]
+    assert [(f["node"], f["checks"]) for f in doc["failing_now"]] == [("node2", ["GPU003"])]
+    assert doc["exclude"] == "node2"
+    assert [(d["node"], d["reason"], d["tag"]) for d in doc["drains"]] == [("node2", "Prolog error", "node problem")]
+
     # Released, the requeued job runs on the two healthy nodes.
     cluster.run("scontrol", "release", job)
     assert cluster.wait_job(job, timeout=90) == "COMPLETED", cluster.job_info(job)

@@ -17,6 +17,7 @@
 #   FAIL_ON=error                                      # or warning
 #   EXTRA_ARGS="--expect-gpus 4"
 #   HARD_LIMIT=60                                      # seconds; default TIMEOUT + 30 (see below)
+#   PROMETHEUS_FILE=/var/lib/node_exporter/textfile/gpu_doctor.prom   # the verdict for Prometheus
 #
 # Exit status: 0 lets the job run; 1 (only for a node fault found by the gate) makes Slurm
 # drain the node with Reason="Prolog error" and requeue-hold a batch job. The failing check
@@ -74,13 +75,20 @@ json="$VERDICT_DIR/job-$job.json.$node"
 line="$VERDICT_DIR/job-$job.txt.$node"
 rm -f "$VERDICT_DIR/job-$job.json"   # a requeued job runs the Prolog again: its verdict is this run's, or none
 publish() {
+    # Each node's own verdict stays as job-<job>.<node>.json: `gpu-doctor fleet` reads every node's runs.
+    cp "$json" "$VERDICT_DIR/job-$job.$node.json" 2>/dev/null
     mv -f "$json" "$VERDICT_DIR/job-$job.json" 2>/dev/null
     mv -f "$line" "$VERDICT_DIR/job-$job.txt" 2>/dev/null
 }
 
+if [ -n "${PROMETHEUS_FILE:-}" ]; then
+    set -- --prometheus "$PROMETHEUS_FILE"   # node_exporter's textfile collector (replaced atomically)
+else
+    set --
+fi
 # shellcheck disable=SC2086
 $limit "$GPU_DOCTOR" --check-only --playbook prologue --timeout "$TIMEOUT" --fail-on "$FAIL_ON" \
-    --json-file "$json" --quiet $EXTRA_ARGS >"$line" 2>&1 </dev/null
+    --json-file "$json" --quiet "$@" $EXTRA_ARGS >"$line" 2>&1 </dev/null
 rc=$?
 
 case $rc in
