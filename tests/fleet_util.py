@@ -48,6 +48,7 @@ def templates(tmp_path: Path) -> Templates:
     t = Templates(gate_document("healthy", tmp_path), gate_document("permanent_802", tmp_path),
                   gate_document("transient_802", tmp_path))
     assert (t.healthy["exit_code"], t.broken["exit_code"], t.flaky["exit_code"]) == (0, 1, 0)
+    assert [c["status"] for c in t.flaky["checks"] if c["id"] == "GPU003"] == ["warn"]  # ready after retries
     return t
 
 

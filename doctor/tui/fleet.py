@@ -130,7 +130,8 @@ class FleetScreen(Screen[None]):
 
 class FleetApp(App[int]):
     TITLE = "gpu-doctor fleet"
-    CSS = "#fleet-summary, #node-summary { padding: 0 1; height: auto; }"
+    CSS = ("#fleet-summary, #node-summary { padding: 0 1; height: auto; }\n"
+           "#fleet-nodes, #node-runs { height: 1fr; }")
 
     def __init__(self, doc: dict[str, Any], fleet: Fleet) -> None:
         super().__init__()
