@@ -51,8 +51,9 @@ def bench(n: int, t: fleet_util.Templates, work: Path, runs: int) -> dict[str, f
     for _ in range(runs):
         for name, argv in commands.items():
             times[name].append(wall(argv))
+    read = json.loads(subprocess.run(commands["fleet"], check=True, capture_output=True, text=True).stdout)["read"]
     shutil.rmtree(folder)
-    return {"verdicts": len(files), **{k: statistics.median(v) for k, v in times.items()}}
+    return {"files": len(files), "verdicts": read["verdicts"], **{k: statistics.median(v) for k, v in times.items()}}
 
 
 def main() -> int:
@@ -68,9 +69,9 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'verdicts':>9} {'fleet s':>8} {'cat s':>7} {'json.load s':>12} {'fleet/json.load':>16}")
+    print(f"{'files':>7} {'verdicts':>9} {'fleet s':>8} {'cat s':>7} {'json.load s':>12} {'fleet/json.load':>16}")
     for r in rows:
-        print(f"{r['verdicts']:>9} {r['fleet']:>8.2f} {r['cat']:>7.2f} {r['json.load']:>12.2f} "
+        print(f"{r['files']:>7} {r['verdicts']:>9} {r['fleet']:>8.2f} {r['cat']:>7.2f} {r['json.load']:>12.2f} "
               f"{r['fleet'] / r['json.load']:>15.2f}x")
     return 0
 
