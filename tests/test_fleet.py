@@ -128,6 +128,27 @@ def test_hostile_verdict_text_is_shown_escaped(tmp_path: Path, templates: fleet_
     assert "n1\\x1b]0;owned\\x07" in out and "bad \\x1b[2J news" in out
 
 
+def test_hostile_files_are_skipped_by_reason(tmp_path: Path, templates: fleet_util.Templates) -> None:
+    folder = tmp_path / "v"
+    folder.mkdir()
+    (folder / "job-1.json").write_text("[" * 200000)                          # nested past the parser's depth
+    (folder / "job-2.json").write_text(json.dumps({"tool": "gpu-doctor", "checks": []}))
+    bad = json.loads(json.dumps(templates.healthy))
+    bad["checks"] = ["not a check"]
+    (folder / "job-3.json").write_text(json.dumps(bad))
+    late = json.loads(json.dumps(templates.healthy))
+    late["run"]["start"] = "yesterday"
+    (folder / "job-4.json").write_text(json.dumps(late))
+    (folder / "job-5.json").write_bytes(b"\xff\xfe" * 10)
+    (folder / "job-6.json").symlink_to("/etc/passwd")                        # never followed
+    (folder / "job-7.json").write_text(json.dumps(templates.healthy))
+    done = fleet(str(folder), "--json", "--no-sinfo")
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout)["read"]
+    assert read["verdicts"] == 1 and read["files"] == 6
+    assert read["skipped"] == {"malformed gate document": 2, "not JSON": 2, "not a gate document": 1}
+
+
 def test_bad_usage_is_one_line(tmp_path: Path) -> None:
     done = fleet(str(tmp_path / "missing"))
     assert done.returncode == 2

@@ -106,22 +106,26 @@ def parse(path: str, text: bytes) -> Verdict | str:
     """The verdict in one file's bytes, or why it is not one (a short reason)."""
     try:
         doc = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return "not JSON"
-    if not isinstance(doc, dict) or doc.get("tool", {}).get("name") != "gpu-doctor" or "checks" not in doc:
+    tool = doc.get("tool") if isinstance(doc, dict) else None
+    if not isinstance(tool, dict) or tool.get("name") != "gpu-doctor" or not isinstance(doc.get("checks"), list):
         return "not a gate document"
-    run = doc.get("run") or {}
+    run = doc.get("run")
     try:
+        if not isinstance(run, dict):
+            raise TypeError("run")
         start = datetime.fromisoformat(str(run["start"]))
         host = str(run["host"])
         code = int(doc["exit_code"])
-    except (KeyError, TypeError, ValueError):
-        return "no host, start or exit code"
+        checks = _checks(doc, str(run.get("fail_on") or "error"))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return "malformed gate document"
     if start.tzinfo is None:
         start = start.replace(tzinfo=UTC)
     job = run.get("slurm_job_id")
     return Verdict(host, start, code, str(doc.get("status")), str(job) if job is not None else None,
-                   str(run.get("playbook") or ""), _checks(doc, str(run.get("fail_on") or "error")), path)
+                   str(run.get("playbook") or ""), checks, path)
 
 
 def read_verdicts(dirs: Iterable[str], since_days: float | None = None,
