@@ -21,6 +21,7 @@ from doctor.playbook import Playbook
 from doctor.runner import CheckFinished, Event, order_checks, run_checks
 from doctor.safeopen import check_replaceable
 from doctor.sanitize import shown
+from doctor.trust import skipped_line
 from doctor.verdict import ExitCode, exit_code, reason_line, run_json
 from doctor.wording import count
 
@@ -91,6 +92,9 @@ def run_gate(case: Case, playbook: Playbook, options: GateOptions) -> int:
                     f"{f' for {case.root}' if case.root else ''}", one_line=True), file=sys.stderr)
     run = run_checks(case, check_ids, budget_s=options.budget_s, on_event=_progress(options.quiet),
                      playbook=playbook.name, mode="check-only")
+    skipped = skipped_line(run.facts.computed())
+    if skipped and not options.quiet:  # what did not run because the job's owner could change it
+        print(shown(skipped, one_line=True), file=sys.stderr)
     if case.root is not None and (case.root / ".gpu-doctor").is_dir():
         # Which remedies `gpu-doctor fix` applied here, and whether they verified.
         from doctor.remedy.journal import remedy_states
