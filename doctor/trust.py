@@ -136,6 +136,13 @@ def interpreter_argv0(python: str) -> str:
     return python if venv_config(python) is not None else os.path.realpath(python)
 
 
+def admin_path(code: str, env: Mapping[str, str]) -> str:
+    """`code` for `python -I -c`, with the PYTHONPATH of gpu-doctor's own environment (the admin's,
+    never the job's) put on sys.path by hand: `-I` ignores the variable, not the admin's choice."""
+    entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return f"import sys; sys.path[:0] = {entries!r}\n{code}" if entries else code
+
+
 def clean_env(env: Mapping[str, str], tool_dir: str | None = None) -> dict[str, str]:
     """The environment of a guarded probe: a system PATH (after the tool's own folder) and `KEPT_VARS`."""
     path = f"{tool_dir}:{SAFE_PATH}" if tool_dir else SAFE_PATH

@@ -257,7 +257,7 @@ def framework(ctx: ProbeContext) -> dict[str, Any]:
     working folder (a job folder's `torch.py` is never imported). Guarded (the gate
     as root, or somebody else's folder: `doctor.trust`), a discovered interpreter
     the job's owner can change (it, its pyvenv.cfg, its site-packages) is refused,
-    and the one that runs is isolated (`-I`, a clean environment); an explicit
+    and the one that runs is isolated (`-I`, the admin's PYTHONPATH only); an explicit
     --python is the admin's choice, isolated all the same.
     """
     from doctor import trust
@@ -267,9 +267,11 @@ def framework(ctx: ProbeContext) -> dict[str, Any]:
     if guard and not ctx.case.python and (why := trust.interpreter_refusal(python)):
         raise trust.Refused(f"not running {python} {trust.as_whom()}: {why}")
     limit = ctx.limit()
-    argv = [trust.interpreter_argv0(python), "-I", "-c", FRAMEWORK_CODE] if guard else [python, "-c", FRAMEWORK_CODE]
-    env = trust.clean_env(ctx.case.env) if guard else dict(ctx.case.env)
-    out = run_isolated(argv, limit, env=env, cwd=trust.NEUTRAL_CWD)
+    # Guarded: -I (no user site, no PYTHON* variables, no script folder on sys.path) with the
+    # admin's PYTHONPATH carried by hand; gpu-doctor's environment is the admin's, not the job's.
+    argv = ([trust.interpreter_argv0(python), "-I", "-c", trust.admin_path(FRAMEWORK_CODE, ctx.case.env)]
+            if guard else [python, "-c", FRAMEWORK_CODE])
+    out = run_isolated(argv, limit, env=dict(ctx.case.env), cwd=trust.NEUTRAL_CWD)
     for line in reversed(out.stdout.splitlines()):
         if line.startswith(FRAMEWORK_MARK):
             return {**json.loads(line[len(FRAMEWORK_MARK):]), "python": python,
