@@ -269,6 +269,12 @@ class Launcher:
             self._finish(internal_error=f"{type(exc).__name__}: {exc}")
 
     def _stop_survivors(self) -> None:
+        try:
+            self._sweep()
+        finally:
+            reaper.become_subreaper(False)
+
+    def _sweep(self) -> None:
         """Kill what the ranks left running: their cgroups' members, the orphans gpu-doctor adopted
         from them (by process tree), anything still carrying the launch's marker; name each one."""
         from doctor.isolate import LIVE_GROUPS
@@ -279,9 +285,11 @@ class Launcher:
         alive = {p.popen.pid for p in self._procs if p.popen is not None
                  and (info := table.get(p.popen.pid)) is not None and info.ppid == me}
         keep = set(LIVE_GROUPS)  # gpu-doctor's own probes, running beside the launch
-        killed = [reaper.describe(pid, table) for pid in self._cgroups.sweep(keep)]
+        groups = {p.popen.pid for p in self._procs if p.popen is not None}  # each rank leads its own
+        killed = [reaper.describe(pid, table) for pid in self._cgroups.sweep(keep)
+                  if reaper.left_running(pid, table, groups)]
         if self._first_tick is not None:
-            killed += reaper.sweep_tree(alive, self._first_tick, keep)
+            killed += reaper.sweep_tree(alive, self._first_tick, keep, groups)
         table = reaper.processes()
         killed += [reaper.describe(pid, table) for pid in reaper.stop_survivors(self.marker)]
         killed = list(dict.fromkeys(killed))

@@ -42,12 +42,14 @@ PROC = "/proc"
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def become_subreaper() -> bool:
-    """Make gpu-doctor the reaper of its descendants' orphans (Linux 3.4+); False where it cannot."""
+def become_subreaper(on: bool = True) -> bool:
+    """Make gpu-doctor the reaper of its descendants' orphans (Linux 3.4+); False where it cannot.
+
+    `on=False` after the launch's last sweep: an app that stays open adopts nothing more."""
     from doctor.isolate import _libc_prctl
 
     prctl = _libc_prctl()
-    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
 
 
 def rank_preexec(cgroup_procs: str | None) -> Callable[[], None]:
@@ -73,6 +75,7 @@ class ProcInfo:
     name: str
     started: int  # clock ticks after boot (/proc/PID/stat field 22)
     zombie: bool
+    group: int  # process group (field 5)
 
 
 def processes() -> dict[int, ProcInfo]:
@@ -94,7 +97,7 @@ def processes() -> dict[int, ProcInfo]:
         fields = rest.split()
         try:
             out[int(name)] = ProcInfo(int(name), int(fields[1]), head.split(b"(", 1)[-1].decode(errors="replace"),
-                                      int(fields[19]), fields[0] == b"Z")
+                                      int(fields[19]), fields[0] == b"Z", int(fields[2]))
         except (IndexError, ValueError):
             continue
     return out
@@ -115,16 +118,24 @@ def descendants(roots: set[int], table: dict[int, ProcInfo]) -> list[int]:
     return out
 
 
+def left_running(pid: int, table: dict[int, ProcInfo], groups: frozenset[int] | set[int]) -> bool:
+    """A process the ranks left running: alive, and outside the rank groups already killed whole."""
+    info = table.get(pid)
+    return info is not None and not info.zombie and info.group not in groups
+
+
 def describe(pid: int, table: dict[int, ProcInfo]) -> str:
     info = table.get(pid)
     return f"pid {pid} ({info.name})" if info else f"pid {pid}"
 
 
-def sweep_tree(ranks: set[int], since: int, keep: set[int], wait_s: float = 2.0) -> list[str]:
+def sweep_tree(ranks: set[int], since: int, keep: set[int], groups: frozenset[int] | set[int] = frozenset(),
+               wait_s: float = 2.0) -> list[str]:
     """Kill the live ranks' descendants and the orphans gpu-doctor adopted from them; reap those.
 
     `since`: the start tick of the first rank (an adopted orphan is younger); `keep`: children of
-    gpu-doctor that are not the launch's (probes). Returns 'pid N (name)' for each one killed.
+    gpu-doctor that are not the launch's (probes); `groups`: the ranks' process groups, already
+    killed whole (a member still dying is not named). Returns 'pid N (name)' for each one killed.
     """
     me = os.getpid()
     table = processes()
@@ -133,7 +144,7 @@ def sweep_tree(ranks: set[int], since: int, keep: set[int], wait_s: float = 2.0)
     doomed = [p for p in descendants(ranks, table) + list(adopted) + descendants(adopted, table)
               if p not in keep and p != me]
     doomed = list(dict.fromkeys(doomed))
-    named = [describe(p, table) for p in doomed if not table[p].zombie]
+    named = [describe(p, table) for p in doomed if left_running(p, table, groups)]
     for pid in doomed:
         try:
             os.kill(pid, signal.SIGKILL)
