@@ -94,8 +94,9 @@ SECRET_QUALIFIED_WORDS = frozenset({"pwd"})
 _USER_COLON = re.compile(r"(?<![\w-])(-u|--user|--proxy-user)(\s+|=)([\"']?)([^\s:\"']{1,256}):([^\s\"']+)")
 # `sshpass -p PW` (and `-pPW`): the password itself on the command line.
 _SSHPASS = re.compile(r"\b(sshpass\s+(?:-[a-oq-zA-Z]\s+\S+\s+)*-p\s*)([\"']?)([^\s\"']+)")
-# One line of a PEM body: base64 only (the short last line of a key is one too).
-_PEM_BODY = re.compile(r"[ \t]*[A-Za-z0-9+/=]{4,}[ \t]*")
+# One line of a PEM body: base64 only (the short last line of a key is one too), also after an
+# excerpt's line-number gutter (`   6 | `, `>  8 | `).
+_PEM_BODY = re.compile(r"(?P<gutter>[ \t>]*\d+ +\| ?)?[ \t]*[A-Za-z0-9+/=]{4,}[ \t]*")
 _GPU_UUID = re.compile(r"\b(?:MIG-)?GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
 _LONG = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{32,}(?![A-Za-z0-9+/=_-])")
 _OTHER_HOME = re.compile(r"/home/(?!<user>)([^/\s\"'<>:]+)")
@@ -320,8 +321,8 @@ class Redactor:
             lines[end] = MASK + lines[end][len(head):]
             self.counts["pem_block"] += 1
         i = end - 1
-        while i >= 0 and _PEM_BODY.fullmatch(lines[i]) and lines[i] != MASK:
-            lines[i] = MASK
+        while i >= 0 and (body := _PEM_BODY.fullmatch(lines[i])):
+            lines[i] = (body.group("gutter") or "") + MASK
             self.counts["pem_block"] += 1
             i -= 1
 
@@ -399,10 +400,11 @@ class Redactor:
             else:
                 out.append(self.value(v, key))
         for i, item in enumerate(out):  # log lines one per item: a key's last lines before its END
-            if isinstance(item, str) and _PEM_END.search(item) and not _PEM_BEGIN.search(item):
+            text = _line_of(item)
+            if text is not None and _PEM_END.search(text) and not _PEM_BEGIN.search(text):
                 j = i - 1
-                while j >= 0 and isinstance(out[j], str) and _PEM_BODY.fullmatch(out[j]):
-                    out[j] = MASK
+                while j >= 0 and (above := _line_of(out[j])) is not None and _PEM_BODY.fullmatch(above):
+                    out[j] = MASK if isinstance(out[j], str) else {**out[j], "text": MASK}
                     self.counts["pem_block"] += 1
                     j -= 1
         return out
@@ -426,6 +428,15 @@ class Redactor:
     def leaked(self, text: str) -> list[str]:
         """Known secret values still present in rendered output (a last safety net)."""
         return [s for s in self.secrets if s in text] if self.enabled else []
+
+
+def _line_of(item: Any) -> str | None:
+    """The text of one line in a list of lines: the string, or an excerpt line's `text`."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Mapping) and isinstance(item.get("text"), str):
+        return str(item["text"])
+    return None
 
 
 def _secret_flag(item: Any) -> bool:
