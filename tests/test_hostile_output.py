@@ -142,3 +142,19 @@ def test_the_app_shows_the_hostile_strings_as_text(job: Path) -> None:
     assert {k: raw_bytes(v) for k, v in seen.items()} == dict.fromkeys(seen, []), \
         [ln for v in seen.values() for ln in v.splitlines() if RAW.search(ln)]
     assert "\\x1b]0;PWNED\\x07" in seen["checks"] and MARKUP in seen["finding"]
+
+
+def test_a_launch_summary_shows_a_failing_ranks_hostile_lines_escaped(tmp_path: Path) -> None:
+    from launch_util import PYTHON, write_job
+
+    from doctor.launch.engine import Launcher
+    from doctor.launch.spec import LaunchSpec
+    from doctor.launch.view import summary_lines
+
+    write_job(tmp_path, f"import sys\nprint({(TITLE + CLEAR + MARKUP + C1 + BIDI)!r}, flush=True)\nsys.exit(3)\n",
+              "job.py")
+    summary = Launcher(LaunchSpec("job.py", nproc=1, workdir=tmp_path, warmup=False, python=PYTHON,
+                                  grace_s=0.5, kill_after_s=2.0)).run()
+    text = "\n".join(summary_lines(summary))
+    assert summary.exit_code == 3 and not raw_bytes(text), text
+    assert "\\x1b]0;PWNED\\x07\\x1b[2J" in text and MARKUP in text
