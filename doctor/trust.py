@@ -15,7 +15,6 @@ all in one line (`skipped_line`).
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -66,12 +65,6 @@ def writable_by_others(path: str) -> str | None:
         if parent == cur:
             return None
         cur = parent
-
-
-def real_tool(name: str, path_var: str) -> str | None:
-    """`name` looked up on `path_var` and resolved to its real path (None: not found)."""
-    found = shutil.which(name, path=path_var)
-    return os.path.realpath(found) if found else None
 
 
 def sibling(real: str, name: str) -> str:
