@@ -103,8 +103,8 @@ def interpreter_refusal(python: str) -> str | None:
         return f"{python}: {why}"
     cfg = venv_config(python)
     prefixes = [os.path.dirname(os.path.dirname(os.path.realpath(python)))]
-    if cfg is not None:
-        why = writable_by_others(cfg)
+    if cfg is not None:  # a venv runs by its own path: that folder must be safe too (no swapped link)
+        why = writable_by_others(cfg) or writable_by_others(os.path.dirname(os.path.abspath(python)))
         if why:
             return f"{python}: its pyvenv.cfg {cfg}: {why}"
         prefixes.append(os.path.dirname(cfg))
