@@ -37,10 +37,13 @@ def peak_mib(folder: Path) -> float:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_memory_grows_with_the_line_not_with_its_square(tmp_path: Path) -> None:
-    small = peak_mib(job_with(tmp_path / "small", "true; " * 2000 + "python train.py"))
-    big = peak_mib(job_with(tmp_path / "big", "true; " * 8000 + "python train.py"))
-    assert 0 < small and big < 6 * small, (small, big)  # 4x the input: about 4x, never 16x
+    peak_mib(job_with(tmp_path / "warm", "true; true; python train.py"))  # imports are not the line's
+    small = peak_mib(job_with(tmp_path / "small", "true; " * 600 + "python train.py"))
+    big = peak_mib(job_with(tmp_path / "big", "true; " * 2400 + "python train.py"))
+    # 4x the input: about 3.3x now; a copy of the line per command made it about 7x (16x in the limit).
+    assert 0 < small and big < 5 * small, (small, big)
 
 
 def test_every_command_on_a_line_shares_one_bounded_line_text(tmp_path: Path) -> None:
