@@ -148,3 +148,22 @@ def test_the_gate_says_in_one_line_what_it_skipped_and_runs_none_of_it(tmp_path:
     lines = [ln for ln in proc.stderr.splitlines() if "not run because the job's owner can change" in ln]
     assert len(lines) == 1, proc.stderr
     assert "scorep-config" in lines[0] and "framework" in lines[0] and "bindings" in lines[0], lines[0]
+
+
+def test_no_helper_child_imports_a_doctor_package_from_the_working_folder(tmp_path: Path) -> None:
+    """`python -m` puts the working folder first on sys.path: the report's timeline child starts in /."""
+    script = Path(sys.executable).parent / "gpu-doctor"
+    if not script.exists():
+        pytest.skip("needs the installed gpu-doctor script (its own sys.path[0] is its bin folder)")
+    marker = tmp_path / "planted-doctor-ran"
+    here = tmp_path / "cwd"
+    (here / "doctor" / "report").mkdir(parents=True)
+    for init in ("doctor/__init__.py", "doctor/report/__init__.py", "doctor/report/timeline.py"):
+        (here / init).write_text(f"open({str(marker)!r}, 'w').close()\n")
+    job = tmp_path / "job"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "scorep-ddp-trace", job)
+    proc = subprocess.run([str(script), "report", str(job), "-o", str(tmp_path / "r.md"), "-q"], cwd=here,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    assert "Where the time goes" in (tmp_path / "r.md").read_text()  # the timeline child did run
+    assert not marker.exists()

@@ -101,7 +101,9 @@ def timeline_text(workdir: Path, width: int = 130, timeout: float = 120.0,
             on_progress(line[len(prefix) - 1:])
 
     env = {**os.environ, "COLUMNS": str(width), "NO_COLOR": "1", "TERM": "dumb"}
-    res = run_followed([sys.executable, "-m", "doctor", "timeline", str(workdir)], timeout, progress, env=env)
+    # `-m` puts the working folder first on sys.path: start in `/`, never in a job folder.
+    res = run_followed([sys.executable, "-m", "doctor", "timeline", os.path.abspath(workdir)], timeout, progress,
+                       env=env, cwd="/")
     if res.timed_out:
         return f"(no time breakdown: the trace analysis took longer than {timeout:.0f} s)"
     if res.returncode != 0:
