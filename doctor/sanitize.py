@@ -22,9 +22,11 @@ import html
 import re
 
 # C0 but tab and newline, DEL, C1; the bidi embeddings, overrides and isolates; the line and
-# paragraph separators (a terminal or an editor may break a line there).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069]")
-_CONTROL_OR_NEWLINE = re.compile(_CONTROL.pattern[:-1] + "\t\n]")
+# paragraph separators (a terminal or an editor may break a line there). A carriage return is
+# kept only as half of a CRLF line ending (a Windows-saved script's diff stays that file's diff).
+_CLASS = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069"
+_CONTROL = re.compile(f"[{_CLASS}]|\r(?!\n)")
+_CONTROL_OR_NEWLINE = re.compile(f"[{_CLASS}\t\n\r]")
 _MARKUP_OPEN = re.compile(r"(\\*)\[")
 
 

@@ -60,6 +60,7 @@ def test_shown_escapes_every_control_character_and_keeps_the_text() -> None:
     assert shown(f"{C1}{BIDI}\r") == "\\x9b31m\\u202e\\x0d"
     assert shown("tab\tand\nnewline") == "tab\tand\nnewline"
     assert shown("tab\tand\nnewline", one_line=True) == "tab\\x09and\\x0anewline"
+    assert shown("crlf\r\nline\rover") == "crlf\r\nline\\x0dover"  # a CRLF line end is not an overwrite
     assert shown("plain ünïcode → ok [x] <b>") == "plain ünïcode → ok [x] <b>"
     assert html_text(HTML) == html.escape(HTML)
 
