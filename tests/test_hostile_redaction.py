@@ -155,6 +155,7 @@ def test_a_key_tail_above_its_end_is_masked_when_the_begin_is_not_in_the_text() 
     assert ROUND3["key tail"] not in out and ROUND3_BODY not in out
     assert out.splitlines()[2:] == ROUND3_LINES[6:8]  # END and the log line after it are kept
     assert Redactor().text("PWD=/work/job OLDPWD=/home") == "PWD=/work/job OLDPWD=/home"  # folders, not secrets
+    assert Redactor().text("docker run -u 1000:1000 img") == "docker run -u 1000:1000 img"  # uid:gid
 
 
 @pytest.fixture(scope="module")

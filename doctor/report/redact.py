@@ -216,8 +216,8 @@ class Redactor:
                 self.counts["known_secret"] += text.count(secret)
                 text = text.replace(secret, MASK)
         text = self._sub("url_credentials", _URL_CRED, text, lambda m: f"{m.group(1)}{MASK}@")
-        text = self._sub("secret_assignment", _USER_COLON, text,
-                         lambda m: m.group(0) if _keep_value(m.group(5))
+        text = self._sub("secret_assignment", _USER_COLON, text,  # not `docker run -u 1000:1000` (uid:gid)
+                         lambda m: m.group(0) if _keep_value(m.group(5)) or (m.group(4) + m.group(5)).isdigit()
                          else m.group(0)[:m.start(5) - m.start(0)] + MASK)
         text = self._sub("secret_assignment", _SSHPASS, text,
                          lambda m: m.group(0) if _keep_value(m.group(3)) else m.group(1) + m.group(2) + MASK)
