@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from doctor.case import Case
+from doctor.sanitize import shown
 
 
 class UsageError(Exception):
@@ -120,7 +121,7 @@ def job_folder(text: str | None, say: Callable[[str], None]) -> Path | None:
 
 
 def to_stderr(text: str) -> None:
-    print(text, file=sys.stderr)
+    print(shown(text), file=sys.stderr)
 
 
 def check_file(flag: str, text: str) -> Path:

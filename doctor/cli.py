@@ -17,6 +17,7 @@ from pathlib import Path
 
 from doctor import __version__
 from doctor.arguments import Parser, UsageError, add_case_args, case_from_args, check_path
+from doctor.sanitize import shown
 
 # Subcommand -> "module:function"; each function is `main(argv) -> int`.
 COMMANDS = {
@@ -149,7 +150,7 @@ def _main(argv: list[str]) -> int:
             return gate_main(args, argv)
         return tui_main(args)
     except UsageError as exc:
-        print(f"gpu-doctor: error: {exc}", file=sys.stderr)
+        print(shown(f"gpu-doctor: error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gpu-doctor: interrupted", file=sys.stderr)
@@ -159,6 +160,6 @@ def _main(argv: list[str]) -> int:
     except Exception as exc:  # last resort: one line, never a traceback on the user's screen
         if os.environ.get("GPU_DOCTOR_DEBUG"):
             raise
-        print(f"gpu-doctor: internal error: {type(exc).__name__}: {exc} "
-              "(set GPU_DOCTOR_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(shown(f"gpu-doctor: internal error: {type(exc).__name__}: {exc} "
+                    "(set GPU_DOCTOR_DEBUG=1 for the traceback)"), file=sys.stderr)
         return 2

@@ -21,6 +21,8 @@ from doctor.case import Case
 from doctor.playbook import Playbook
 from doctor.runner import CheckFinished, Event, order_checks, run_checks
 from doctor.safeopen import check_replaceable
+from doctor.sanitize import shown
+from doctor.trust import skipped_line
 from doctor.verdict import ExitCode, exit_code, reason_line, run_json
 from doctor.wording import count
 
@@ -29,10 +31,11 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
     def on_event(ev: Event) -> None:
         if not quiet and isinstance(ev, CheckFinished):
             r = ev.result
-            print(f"  {r.check_id:<7} {r.status.value:<7} {r.message}", file=sys.stderr)
+            print(f"  {r.check_id:<7} {r.status.value:<7} {shown(r.message, one_line=True)}", file=sys.stderr)
             for f in r.findings:  # a matrix (P2P001/P2P002) reads better than a message
                 if isinstance(f.data.get("matrix"), str):
-                    print("\n".join(f"          {ln}" for ln in f.data["matrix"].splitlines()), file=sys.stderr)
+                    print("\n".join(f"          {shown(ln, one_line=True)}" for ln in f.data["matrix"].splitlines()),
+                          file=sys.stderr)
     return on_event
 
 
@@ -72,10 +75,10 @@ def _written(path: str, write: Callable[[Path], None]) -> bool:
         target.parent.mkdir(parents=True, exist_ok=True)
         write(target)
     except UnsafeFile as exc:
-        print(f"gpu-doctor: error: cannot write {exc}", file=sys.stderr)
+        print(shown(f"gpu-doctor: error: cannot write {exc}"), file=sys.stderr)
         return False
     except OSError as exc:
-        print(f"gpu-doctor: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        print(shown(f"gpu-doctor: error: cannot write {path}: {exc.strerror or exc}"), file=sys.stderr)
         return False
     return True
 
@@ -103,10 +106,13 @@ def run_gate(case: Case, playbook: Playbook, options: GateOptions) -> int:
         check_ids += [c for c in playbook.active_checks if c not in check_ids]
     case = dataclasses.replace(case, level=level)
     if not options.quiet:
-        print(f"gpu-doctor {playbook.name}: {checks_heading(check_ids)} on {case.host}"
-              f"{f' for {case.root}' if case.root else ''}", file=sys.stderr)
+        print(shown(f"gpu-doctor {playbook.name}: {checks_heading(check_ids)} on {case.host}"
+                    f"{f' for {case.root}' if case.root else ''}", one_line=True), file=sys.stderr)
     run = run_checks(case, check_ids, budget_s=options.budget_s, on_event=_progress(options.quiet),
                      playbook=playbook.name, mode="check-only")
+    skipped = skipped_line(run.facts.computed())
+    if skipped and not options.quiet:  # what did not run because the job's owner could change it
+        print(shown(skipped, one_line=True), file=sys.stderr)
     if case.root is not None and (case.root / ".gpu-doctor").is_dir():
         # Which remedies `gpu-doctor fix` applied here, and whether they verified.
         from doctor.remedy.journal import remedy_states
@@ -114,7 +120,7 @@ def run_gate(case: Case, playbook: Playbook, options: GateOptions) -> int:
         try:
             run.extra["applied"] = remedy_states(case.root)
         except (OSError, ValueError) as exc:
-            print(f"gpu-doctor: note: cannot read the fix journal: {exc}", file=sys.stderr)
+            print(shown(f"gpu-doctor: note: cannot read the fix journal: {exc}"), file=sys.stderr)
     doc = run_json(run, options.fail_on, list(options.argv))
     if options.json_file and not _written(options.json_file, lambda target: write_atomic(
             target, (json.dumps(doc, indent=2, default=str) + "\n").encode("utf-8"))):
@@ -127,5 +133,5 @@ def run_gate(case: Case, playbook: Playbook, options: GateOptions) -> int:
     if options.json:
         print_json(doc)
     else:
-        print(reason_line(run, options.fail_on))
+        print(shown(reason_line(run, options.fail_on), one_line=True))
     return int(exit_code(run, options.fail_on))

@@ -128,7 +128,7 @@ def run_isolated(argv: Sequence[str], timeout: float, env: Mapping[str, str] | N
 
 
 def run_followed(argv: Sequence[str], timeout: float, on_stderr_line: Callable[[str], None],
-                 env: Mapping[str, str] | None = None) -> Isolated:
+                 env: Mapping[str, str] | None = None, cwd: str | None = None) -> Isolated:
     """`run_isolated`, telling `on_stderr_line` each stderr line as it comes (progress)."""
     import threading
 
@@ -136,7 +136,7 @@ def run_followed(argv: Sequence[str], timeout: float, on_stderr_line: Callable[[
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=dict(env) if env is not None else None,
-                                start_new_session=True, text=True, errors="replace")
+                                cwd=cwd, start_new_session=True, text=True, errors="replace")
     except OSError as exc:
         return Isolated(tuple(argv), None, "", f"cannot start {argv[0]}: {exc.strerror or exc}",
                         time.monotonic() - start, False)

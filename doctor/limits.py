@@ -20,6 +20,7 @@ MAX_YAML_NODES = 100_000                # a trainer config, counting every alias
 MAX_VALUE_CHARS = 64 * 1024             # one shell variable's expanded value
 MAX_EXPANSION_DEPTH = 64                # nested ${...} / $(...) while expanding one word
 MAX_EXPANSIONS = 200_000                # variable expansions while reading one job folder
+MAX_SITE_CHARS = 2000                   # the text of one line kept as a command's site (evidence)
 
 
 class LimitExceeded(Exception):

@@ -25,6 +25,7 @@ from doctor import registry
 from doctor.arguments import Parser, UsageError, add_case_args, case_from_args, job_folder, to_stderr
 from doctor.model import Evidence, Finding, Status
 from doctor.remedy.model import Plan, RemedyError, RemedyPlan, display_path
+from doctor.sanitize import shown
 from doctor.wording import count
 
 MARK = {"ready": "", "manual": "manual steps", "nothing": "nothing to do", "cannot": "cannot apply here",
@@ -56,7 +57,7 @@ def fix_main(argv: list[str]) -> int:
     from doctor.remedy.verify import check_and_plan
 
     imported = [f for name in args.findings for f in read_findings(Path(name), case.root)]
-    say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
+    say = (lambda text: None) if args.quiet else (lambda text: print(shown(text), file=sys.stderr))
     say(f"gpu-doctor fix: checking {case.root} ...")
     run, plan = check_and_plan(case, extra=imported, only=args.only, unsafe=args.unsafe,
                                budget_s=args.timeout)
@@ -64,12 +65,12 @@ def fix_main(argv: list[str]) -> int:
     if args.apply:
         return apply_and_verify(plan, case, argv, say)
     if args.diff:
-        sys.stdout.write(plan.diff() or "# nothing to change\n")
+        sys.stdout.write(shown(plan.diff()) or "# nothing to change\n")
         for rp in plan.remedies + plan.skipped:
             if rp.status != "ready":
                 say(f"  {rp.remedy_id}: {MARK.get(rp.status, rp.status)}{': ' + rp.note if rp.note else ''}")
         return 0
-    print(listing(plan, len([f for f in findings if f.status not in (Status.PASS, Status.SKIP)])))
+    print(shown(listing(plan, len([f for f in findings if f.status not in (Status.PASS, Status.SKIP)]))))
     return 0
 
 
@@ -126,23 +127,23 @@ def apply_and_verify(plan: Plan, case: Any, argv: list[str], say: Any) -> int:
     try:
         result = apply_plan(plan, ["gpu-doctor", "fix", *argv])
     except RemedyError as exc:
-        print(f"gpu-doctor: error: {exc}", file=sys.stderr)
+        print(shown(f"gpu-doctor: error: {exc}"), file=sys.stderr)
         return 2
     if result.tx is None:
         print("gpu-doctor fix: already applied: every file holds the planned content; nothing written")
         return 0
     for path in result.written:
-        print(f"wrote {display_path(path, plan.root)}")
+        print(shown(f"wrote {display_path(path, plan.root)}"))
     say("gpu-doctor fix: re-running the checks ...")
     checks = verify_plan(plan, recheck(case, plan))
     record(plan, result.tx, checks)
     failed = 0
     for v in checks:
         word = {True: "verified", False: "NOT verified", None: "not verified"}[v.verified]
-        print(f"{v.remedy_id}: {word}" + (f" ({v.note})" if v.note else ""))
+        print(shown(f"{v.remedy_id}: {word}" + (f" ({v.note})" if v.note else "")))
         failed += v.verified is False
-    print(f"gpu-doctor fix: applied {count(len(plan.ready), 'remedy')} ({result.tx}); "
-          f"undo with: gpu-doctor undo {plan.root}")
+    print(shown(f"gpu-doctor fix: applied {count(len(plan.ready), 'remedy')} ({result.tx}); "
+                f"undo with: gpu-doctor undo {plan.root}"))
     return 1 if failed else 0
 
 
@@ -221,18 +222,18 @@ def undo_main(argv: list[str]) -> int:
         if args.list:
             for t in transactions(root):
                 state = "undone" if t.undone else t.end
-                print(f"{t.tx}  {state:<11} {', '.join(r['id'] for r in t.remedies)}")
+                print(shown(f"{t.tx}  {state:<11} {', '.join(r['id'] for r in t.remedies)}"))
             return 0
         result = undo(root, tx=args.tx, everything=args.all, force=args.force)
     except RemedyError as exc:
-        print(f"gpu-doctor: error: {exc}", file=sys.stderr)
+        print(shown(f"gpu-doctor: error: {exc}"), file=sys.stderr)
         return 2
     if not result.txs:
-        print(f"gpu-doctor undo: nothing to undo in {root}")
+        print(shown(f"gpu-doctor undo: nothing to undo in {root}"))
         return 0
     for path in result.restored:
-        print(f"restored {display_path(path, root)}")
+        print(shown(f"restored {display_path(path, root)}"))
     for path in result.removed:
-        print(f"removed {display_path(path, root)}")
-    print(f"gpu-doctor undo: undid {', '.join(result.txs)}")
+        print(shown(f"removed {display_path(path, root)}"))
+    print(shown(f"gpu-doctor undo: undid {', '.join(result.txs)}"))
     return 0

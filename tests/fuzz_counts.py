@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-KEYS = ("runs", "tracebacks", "hangs", "outside_changes", "lost_edits", "orphans", "planted_secrets")
+KEYS = ("runs", "tracebacks", "hangs", "outside_changes", "lost_edits", "orphans", "planted_secrets",
+        "race_runs", "mangled")
 COUNTS: Counter[str] = Counter(dict.fromkeys(KEYS, 0))

@@ -46,6 +46,10 @@ SECRETS = {
     "netrc": "fuzzNetrcPw9",
     "prose": "fuzzProsePw7",
     "hf": "hf_FuzzPlantedToken0123456789ab",
+    "curl": "fuzzCurlPw3",
+    "sshpass": "fuzzSshPw3",
+    "dbpass": "fuzzDbPass3",
+    "passphrase": "fuzzPhrase3",
 }
 SECRET_LOG = "\n".join([
     f"contact {SECRETS['email']}",
@@ -55,6 +59,10 @@ SECRET_LOG = "\n".join([
     f"machine hub.example.org login alice password {SECRETS['netrc']}",
     "-----BEGIN PRIVATE KEY-----", SECRETS["pem"], SECRETS["pem_short"], "-----END PRIVATE KEY-----",
     f"export HF_TOKEN={SECRETS['hf']}",
+    f"curl -u ops:{SECRETS['curl']} https://hub.example.org/upload",
+    f"sshpass -p {SECRETS['sshpass']} scp out.tar node01:",
+    f"DB_PASS={SECRETS['dbpass']} python train.py",
+    f"Enter key passphrase: {SECRETS['passphrase']}",
 ]) + "\n"
 
 

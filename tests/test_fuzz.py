@@ -174,7 +174,7 @@ def _planted_in(path: Path) -> int:
 
 
 def _assert_zero() -> None:
-    bad = {k: v for k, v in COUNTS.items() if k != "runs" and v}
+    bad = {k: v for k, v in COUNTS.items() if k not in ("runs", "race_runs") and v}
     assert not bad, f"fuzz counts: {dict(COUNTS)}"
 
 
@@ -386,3 +386,171 @@ def test_two_concurrent_applies_take_turns(tmp_path: Path) -> None:
     assert len(begins) == 1, results  # the second saw the first one's files: already applied
     assert sum("applied" in out for out, _err in results) == 2
     shutil.rmtree(job)
+
+
+# -- compare-and-swap: concurrent applies, apply beside undo, an edit while planning (issue 28) -------
+# Each plan is what `fix --apply` does: the journal's history, then the checks (which read the files
+# once), then the plan drafted from that read, then the apply. Workers are forked from this warm
+# process, so a round's plans and applies really overlap.
+
+RACE_WORKERS = 5
+
+
+def _shell_checks() -> list[str]:
+    """The checks whose remedies edit job.sbatch (five of them, one after the other) and create
+    run_ranks.sh: where two drafts of one file can mangle it. The code remedies cost 4x the time."""
+    from jobfolder_util import JOB_CHECKS
+
+    return [c for c in JOB_CHECKS if c.startswith(("SCP", "LNC"))]
+
+
+def _plan_now(job: Path, every_check: bool = False) -> Any:
+    from jobfolder_util import HEALTHY, JOB_CHECKS, case_for
+
+    from doctor.remedy import journal, make_plan
+    from doctor.runner import run_checks
+
+    node = {name: value for name, value in HEALTHY.items() if name != "logscan"}
+    node["scorep_install"] = {"python": "/usr/bin/python3", "notes": ["scorep-config: not found on PATH"]}
+    history = journal.history(job)
+    run = run_checks(case_for(job), list(JOB_CHECKS) if every_check else _shell_checks(), budget_s=60,
+                     preset_facts=node)
+    return make_plan(case_for(job), run.findings, facts=run.facts, history=history)
+
+
+def _race_apply(job: str, every_check: bool = False) -> str:
+    from doctor.remedy import RemedyError, apply_plan
+
+    try:
+        plan = _plan_now(Path(job), every_check)
+        if plan.empty:
+            return "nothing"
+        return "applied" if apply_plan(plan).tx else "already"
+    except RemedyError as exc:
+        return f"refused: {exc}"
+
+
+def _race_undo(job: str) -> str:
+    from doctor.remedy import RemedyError, undo
+
+    try:
+        return "undone" if undo(Path(job), everything=True).txs else "nothing"
+    except RemedyError as exc:
+        return f"refused: {exc}"
+
+
+def _fixed(template: Path, tmp: Path, edit: Any = None, every_check: bool = False) -> dict[str, bytes]:
+    """The folder after one plan and apply on a quiet copy (with `edit` made first)."""
+    from doctor.remedy import apply_plan
+
+    job = tmp / f"quiet-{uuid.uuid4().hex[:6]}"
+    shutil.copytree(template, job)
+    if edit is not None:
+        edit(job)
+    apply_plan(_plan_now(job, every_check))
+    out = snapshot(job)
+    shutil.rmtree(job)
+    return out
+
+
+def _mangled(what: str, now: dict[str, bytes], allowed: list[dict[str, bytes]]) -> None:
+    if now not in allowed:
+        COUNTS["mangled"] += 1
+        bad = [n for n in now if all(now[n] != a.get(n) for a in allowed)]
+        print(f"MANGLED after {what}: {bad}")
+
+
+@pytest.mark.slow
+def test_concurrent_applies_never_mangle_a_file(tmp_path: Path) -> None:
+    import multiprocessing
+
+    template = make_job(tmp_path / "template")
+    original, fixed = snapshot(template), _fixed(template, tmp_path)
+    pool = multiprocessing.get_context("fork").Pool(RACE_WORKERS)
+    try:
+        for r in range(100 // RACE_WORKERS):  # 100 applies, five at a time on one folder
+            job = tmp_path / f"apply{r}"
+            shutil.copytree(template, job)
+            results = pool.map(_race_apply, [str(job)] * RACE_WORKERS)
+            COUNTS["race_runs"] += len(results)
+            _mangled(f"round {r}: {results}", snapshot(job), [fixed])
+            if sum(r_ == "applied" for r_ in results) != 1:
+                COUNTS["mangled"] += 1
+                print(f"NOT ONE APPLY in round {r}: {results}")
+            from doctor.remedy import undo
+
+            undo(job, everything=True)
+            _mangled(f"undo of round {r}", snapshot(job), [original])
+            shutil.rmtree(job)
+    finally:
+        pool.terminate()
+    _assert_zero()
+
+
+@pytest.mark.slow
+def test_apply_beside_undo_leaves_the_old_or_the_new_folder(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from doctor.remedy import apply_plan, undo
+
+    template = make_job(tmp_path / "template")
+    original, fixed = snapshot(template), _fixed(template, tmp_path, every_check=True)
+    pool = multiprocessing.get_context("fork").Pool(2)
+    try:
+        for r in range(20):
+            job = tmp_path / f"undo{r}"
+            shutil.copytree(template, job)
+            apply_plan(_plan_now(job, every_check=True))  # for `undo --all` to undo while the next apply plans
+            jobs = [pool.apply_async(_race_undo, (str(job),)), pool.apply_async(_race_apply, (str(job), True))]
+            results = [j.get(120) for j in jobs]
+            COUNTS["race_runs"] += 1
+            _mangled(f"apply beside undo, round {r}: {results}", snapshot(job), [original, fixed])
+            undo(job, everything=True)
+            _mangled(f"the last undo of round {r}", snapshot(job), [original])
+            shutil.rmtree(job)
+    finally:
+        pool.terminate()
+    _assert_zero()
+
+
+USER_LINE = b"# saved by the user while gpu-doctor planned\n"
+
+
+def _user_save(job: Path) -> None:
+    target = job / "job.sbatch"
+    data = target.read_bytes()
+    with open(target, "r+b") as fh:  # saved in place, one line added at the top
+        fh.write(USER_LINE + data)
+
+
+@pytest.mark.slow
+def test_a_file_saved_while_planning_is_refused_by_name_or_planned_whole(tmp_path: Path) -> None:
+    from doctor.remedy import RemedyError, apply_plan
+
+    template = make_job(tmp_path / "template")
+    saved = dict(snapshot(template), **{"job.sbatch": USER_LINE + (template / "job.sbatch").read_bytes()})
+    fixed_after_save = _fixed(template, tmp_path, _user_save)
+    rng = random.Random(28)
+    refused = 0
+    for r in range(50):
+        job = tmp_path / f"edit{r}"
+        shutil.copytree(template, job)
+        editor = threading.Timer(rng.uniform(0.0, 0.06), _user_save, (job,))
+        editor.start()
+        plan = _plan_now(job)
+        editor.join()
+        COUNTS["race_runs"] += 1
+        try:
+            apply_plan(plan)
+        except RemedyError as exc:
+            refused += 1
+            lines = str(exc).splitlines()
+            if len(lines) != 1 or str(job / "job.sbatch") not in lines[0]:
+                COUNTS["mangled"] += 1
+                print(f"REFUSAL DOES NOT NAME THE FILE in round {r}: {exc}")
+        _mangled(f"an edit while planning, round {r}", snapshot(job), [saved, fixed_after_save])
+        if USER_LINE not in (job / "job.sbatch").read_bytes():
+            COUNTS["lost_edits"] += 1
+        shutil.rmtree(job)
+    print(f"edit during plan: {refused} of 50 refused, the rest planned on the saved file")
+    _assert_zero()

@@ -105,3 +105,84 @@ def test_planted_secrets_appear_in_no_format_and_not_in_the_bundle(reports: dict
     counts["tar.gz"] = sum(len(leaked(t)) for t in files.values())
     print(f"planted secrets found per format: {counts}")
     assert counts == {"json": 0, "md": 0, "html": 0, "tar.gz": 0}
+
+
+# -- round 3 (issue 28): command-line spellings, and a key whose BEGIN is above the excerpt ----------
+
+ROUND3 = {
+    "curl -u": "CurlPw4242x",
+    "--db-pass=": "DbPass4242x",
+    "--pw": "PwFlag4242x",
+    "DB_PASS= prefix": "DbEnv4242x",
+    "LDAP_PWD= prefix": "LdapPw4242x",
+    "sshpass -p": "SshPw4242x",
+    "key passphrase:": "KeyPhrase4242x",
+    "key tail": "S2V5VGFpbDEy",
+}
+ROUND3_BODY = "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZg"
+ROUND3_LINES = [
+    "-----BEGIN OPENSSH PRIVATE KEY-----",  # 1: above the first excerpt (lines 5-11)
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ",
+    "AAAAMwAAAAtzc2gtZWQyNTUxOQAAACD1fuzz",
+    "Q2hhbmdlZEtleUxpbmVCZWZvcmVFeGNlcnB0",
+    ROUND3_BODY,  # 5: the excerpt starts inside the key
+    ROUND3["key tail"],  # 6: its short last line
+    "-----END OPENSSH PRIVATE KEY-----",
+    "[CUPTI Activity] Dropped 85222 records. Current buffer size: 1048576 bytes",  # 8
+    f"curl -u alice:{ROUND3['curl -u']} https://hub.example.org/upload",
+    f"mysql --db-pass={ROUND3['--db-pass=']} -h db01",
+    f"tool --pw {ROUND3['--pw']} --verbose",
+    f"DB_PASS={ROUND3['DB_PASS= prefix']} python train.py",
+    f"LDAP_PWD={ROUND3['LDAP_PWD= prefix']} ./sync.sh",
+    f"sshpass -p {ROUND3['sshpass -p']} ssh node01",
+    "[CUPTI Activity] Dropped 1024 records. Current buffer size: 1048576 bytes",  # 15
+    f"Enter key passphrase: {ROUND3['key passphrase:']}",
+]
+ROUND3_SIGNATURES = (8, 15)
+
+
+@pytest.mark.parametrize("line, secret", [(ln, s) for ln in ROUND3_LINES for name, s in ROUND3.items()
+                                          if s in ln and name != "key tail"])
+def test_each_round3_spelling_is_masked_and_the_command_kept(line: str, secret: str) -> None:
+    out = Redactor().text(line)
+    assert secret not in out and "[redacted]" in out, out
+    if " python train.py" in line or " ./sync.sh" in line:
+        assert out.endswith(line.split(" ", 1)[1])  # `DB_PASS=x python train.py`: the command stays
+
+
+def test_a_key_tail_above_its_end_is_masked_when_the_begin_is_not_in_the_text() -> None:
+    out = Redactor().text("\n".join(ROUND3_LINES[4:8]))
+    assert ROUND3["key tail"] not in out and ROUND3_BODY not in out
+    assert out.splitlines()[2:] == ROUND3_LINES[6:8]  # END and the log line after it are kept
+    assert Redactor().text("PWD=/work/job OLDPWD=/home") == "PWD=/work/job OLDPWD=/home"  # folders, not secrets
+    assert Redactor().text("docker run -u 1000:1000 img") == "docker run -u 1000:1000 img"  # uid:gid
+
+
+@pytest.fixture(scope="module")
+def round3_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("planted3")
+    root = make_job(tmp / "job")
+    (root / "round3.log").write_text("\n".join(ROUND3_LINES) + "\n")
+    facts = preset(root)
+    facts["logscan"] = facts["logscan"] + [{
+        "signature": "cupti_dropped", "file": str(root / "round3.log"), "line": n,
+        "text": ROUND3_LINES[n - 1], "values": {"dropped": 85222}} for n in ROUND3_SIGNATURES]
+    out: dict[str, Any] = {}
+    with secret_check(tmp) as playbook:
+        for fmt in ("json", "md", "html", "tar.gz"):
+            target = tmp / f"report.{fmt}"
+            cli.run_report([str(root), "-o", str(target), "--playbook", str(playbook), "-q"], preset_facts=facts)
+            out[fmt] = target
+    return out
+
+
+def test_round3_secrets_appear_in_no_format_and_not_in_the_bundle(round3_reports: dict[str, Any]) -> None:
+    found = {}
+    for fmt in ("json", "md", "html"):
+        text = round3_reports[fmt].read_text()
+        assert "sshpass -p" in text and "-----END OPENSSH PRIVATE KEY-----" in text  # the excerpts are there
+        found[fmt] = [name for name, s in ROUND3.items() if s in text]
+    files = bundle_files(round3_reports["tar.gz"])
+    assert any("round3" in name for name in files)
+    found["tar.gz"] = [name for name, s in ROUND3.items() if any(s in t for t in files.values())]
+    assert found == {"json": [], "md": [], "html": [], "tar.gz": []}

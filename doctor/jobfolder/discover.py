@@ -32,7 +32,7 @@ from doctor.jobfolder.model import (
     Site,
     TrainerArgs,
 )
-from doctor.jobfolder.reading import Source, inside, peek, read_source
+from doctor.jobfolder.reading import Source, inside, peek, read_bytes, read_source, source_of
 from doctor.jobfolder.walker import ShellState, ShellWalker
 
 SHELL_SUFFIXES = (".sh", ".bash", ".sbatch", ".slurm", ".job", ".pbs", ".batch", ".lsf")
@@ -97,6 +97,7 @@ class JobBuilder:
         self.no_symlinks = case.gate and case.as_root
         self.notes: list[Note] = []
         self.scripts: dict[str, PyScript] = {}
+        self.reads: dict[str, bytes] = {}  # real path -> the bytes read: each file is read once
 
     # -- reading ----------------------------------------------------------
     def read(self, path: str, python: bool = False) -> Source:
@@ -104,10 +105,20 @@ class JobBuilder:
         if self.root is not None and not inside(path, self.root) and path not in self.explicit:
             return Source(path, None, "outside the job folder; not read", "outside")
         root = self.root if (self.root is not None and inside(path, self.root)) else None
-        planned = self.planned.get(os.path.realpath(path)) if self.planned else None
+        real = os.path.realpath(path)
+        planned = self.planned.get(real) if self.planned else None
         limits.note_reading(path)
-        src = read_source(path, root, self.no_symlinks and root is not None, python,
-                          limits.MAX_PYTHON_BYTES if python else limits.MAX_FILE_BYTES, data=planned)
+        limit = limits.MAX_PYTHON_BYTES if python else limits.MAX_FILE_BYTES
+        if planned is None and real in self.reads:  # read again (a sourced file): the same bytes
+            src = source_of(path, self.reads[real], python, limit)
+        elif planned is None:
+            data, problem, kind, size = read_bytes(path, root, self.no_symlinks and root is not None, limit)
+            if data is None:
+                return Source(path, None, problem, kind, size=size)
+            self.reads[real] = data
+            src = source_of(path, data, python, limit)
+        else:
+            src = read_source(path, root, self.no_symlinks and root is not None, python, limit, data=planned)
         if not python and src.text and limits.shell_nesting(src.text) > limits.MAX_SHELL_NESTING:
             return Source(path, None, f"blocks nested more than {limits.MAX_SHELL_NESTING} deep; not analysed",
                           "too-deep", size=src.size)
@@ -224,7 +235,7 @@ class JobBuilder:
         ordered = sorted(self.scripts.values(), key=lambda s: ({"entry": 0, "launcher": 1, "module": 2,
                                                                 "snippet": 3}.get(s.role, 4), s.path))
         return Job(root, tuple(walker.files.values()), tuple(commands), tuple(ordered), tuple(trainer_args),
-                   tuple(self.notes), env, python)
+                   tuple(self.notes), env, python, dict(self.reads))
 
     @staticmethod
     def _relink(linked: list[Command], walked: list[Command]) -> list[Command]:

@@ -14,11 +14,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
 import sys
 from typing import Any
 
-from doctor import limits
+from doctor import limits, trust
 from doctor.facts import ProbeContext, ProbeFailure, provider
 from doctor.isolate import run_isolated
 from doctor.jobfolder.discover import load_job
@@ -53,22 +52,6 @@ def job_fact(ctx: ProbeContext) -> Job:
                                    "or too large); not analysed") from None
 
 
-def trusted(path: str) -> bool:
-    """Root-owned and not writable by group or others, the file and every folder above it."""
-    cur = os.path.realpath(path)
-    while True:
-        try:
-            st = os.stat(cur)
-        except OSError:
-            return False
-        if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return False
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            return True
-        cur = parent
-
-
 def job_env(job: Any, fallback: dict[str, str]) -> dict[str, str]:
     """The job's environment as strings (values that cannot be known statically are left out)."""
     if not isinstance(job, Job) or not job.env:
@@ -82,47 +65,52 @@ def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
     job = ctx.facts.get("job")
     env = job_env(job, dict(ctx.case.env))
     path_var = job_path(env)
-    guard = ctx.case.gate and ctx.case.as_root
-    # As root, nothing from the user's environment (LD_PRELOAD, PYTHONPATH...) reaches a probe.
-    run_env = {"PATH": path_var, "LANG": "C"} if guard else env
+    guard = trust.guarded(ctx.case)
     notes: list[str] = []
+    refused: list[str] = []
     out: dict[str, Any] = {"scorep_config": None, "version": None, "cuda_support": None,
-                           "python_bindings": None, "config_summary": None, "python": None, "notes": notes}
+                           "python_bindings": None, "config_summary": None, "python": None, "notes": notes,
+                           "refused": refused}
     config = shutil.which("scorep-config", path=path_var)
     out["scorep_config"] = config
-    if config is None:
+    # Guarded, nothing of the owner's runs: the tools by their real paths, scorep-info beside the real
+    # scorep-config, a system PATH, a neutral working folder (LD_PRELOAD, PYTHONPATH... never reach them).
+    real = os.path.realpath(config) if config else None
+    run_env = trust.clean_env(ctx.case.env, os.path.dirname(real) if real else None) if guard else env
+    cwd = trust.NEUTRAL_CWD if guard else None
+    why = trust.writable_by_others(real) if guard and real else None
+    if config is None or real is None:
         notes.append(f"scorep-config is not on the job's PATH ({_short(path_var)})")
-    elif guard and not trusted(config):
-        notes.append(f"{config} is not root-owned; not run as root")
+    elif why:
+        notes.append(f"{config} not run {trust.as_whom()}: {why}")
+        refused.append(f"scorep-config ({why})")
     else:
-        res = run_isolated([config, "--version"], ctx.limit(5.0), env=run_env)
+        res = run_isolated([real if guard else config, "--version"], ctx.limit(5.0), env=run_env, cwd=cwd)
         if res.timed_out:
             notes.append(f"`{config} --version` timed out")
         elif res.returncode == 0:
             out["version"] = (res.stdout.strip().splitlines() or [""])[0] or None
         else:
             notes.append(f"`{config} --version` failed: {(res.stderr or res.stdout).strip()[:200]}")
-        info = os.path.join(os.path.dirname(config), "scorep-info")
-        if not os.path.exists(info):
+        info = trust.sibling(real, "scorep-info") if guard else os.path.join(os.path.dirname(config), "scorep-info")
+        if not guard and not os.path.exists(info):
             info = shutil.which("scorep-info", path=path_var) or info
-        res = run_isolated([info, "config-summary"], ctx.limit(5.0), env=run_env)
-        if res.returncode == 0 and not res.timed_out:
-            out["config_summary"] = res.stdout
-            m = re.search(r"CUDA support:\s*(\w+)", res.stdout)
-            out["cuda_support"] = (m.group(1).lower() == "yes") if m else None
-            if m is None:
-                notes.append("`scorep-info config-summary` does not mention CUDA support")
+        why = trust.writable_by_others(info) if guard and os.path.exists(info) else None
+        if why:
+            notes.append(f"{info} not run {trust.as_whom()}: {why}")
+            refused.append(f"scorep-info ({why})")
         else:
-            notes.append(f"`{info} config-summary` failed: {(res.stderr or res.stdout).strip()[:200] or 'no output'}")
+            _config_summary(out, info, ctx.limit(5.0), run_env, cwd)
     python = job_python(ctx, job, path_var)
     out["python"] = python
     if python is None:
         notes.append("the job's Python interpreter was not found")
-    elif guard and not trusted(python):
-        notes.append(f"{python} is not root-owned; not run as root")
+    elif guard and (why := trust.interpreter_refusal(python)):
+        notes.append(f"the bindings probe not run {trust.as_whom()}: {why}")
+        refused.append(f"the Score-P bindings probe ({why})")
     else:
-        argv = [python, "-I", "-c", BINDINGS_PROBE] if guard else [python, "-c", BINDINGS_PROBE]
-        res = run_isolated(argv, ctx.limit(8.0), env=run_env)
+        argv = [trust.interpreter_argv0(python), "-I", "-c", BINDINGS_PROBE] if guard else [python, "-c", BINDINGS_PROBE]
+        res = run_isolated(argv, ctx.limit(8.0), env=trust.clean_env(ctx.case.env) if guard else env, cwd=cwd)
         if res.timed_out:
             notes.append(f"{python}: the bindings probe timed out")
         else:
@@ -135,6 +123,19 @@ def scorep_install(ctx: ProbeContext) -> dict[str, Any]:
             except ValueError:
                 notes.append(f"{python}: the bindings probe failed: {(res.stderr or '').strip()[:200]}")
     return out
+
+
+def _config_summary(out: dict[str, Any], info: str, limit: float, env: dict[str, str], cwd: str | None) -> None:
+    """`scorep-info config-summary` into `out`: the summary and whether CUDA support is built in."""
+    res = run_isolated([info, "config-summary"], limit, env=env, cwd=cwd)
+    if res.returncode == 0 and not res.timed_out:
+        out["config_summary"] = res.stdout
+        m = re.search(r"CUDA support:\s*(\w+)", res.stdout)
+        out["cuda_support"] = (m.group(1).lower() == "yes") if m else None
+        if m is None:
+            out["notes"].append("`scorep-info config-summary` does not mention CUDA support")
+    else:
+        out["notes"].append(f"`{info} config-summary` failed: {(res.stderr or res.stdout).strip()[:200] or 'no output'}")
 
 
 def job_path(env: dict[str, str]) -> str:

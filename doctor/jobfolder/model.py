@@ -433,6 +433,9 @@ class Job:
     notes: tuple[Note, ...] = ()
     env: Mapping[str, EnvVar] = field(default_factory=dict)
     python: str | None = None  # the interpreter the job runs (first launch), when found
+    # Real path -> the bytes this model was parsed from: a remedy drafts its edits from these, and
+    # applying refuses a file that no longer holds them (one read, compared before the write).
+    reads: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     def script(self, path: str | None) -> PyScript | None:
         if path is None:

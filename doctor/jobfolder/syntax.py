@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from doctor import limits
 from doctor.jobfolder.model import Span
 
 Node = Any  # tree_sitter.Node
@@ -40,6 +41,7 @@ class Source:
     tree: Any = field(init=False, repr=False)
     _byte_to_char: list[int] | None = field(init=False, repr=False, default=None)
     _line_starts: list[int] = field(init=False, repr=False)
+    _line_texts: dict[int, str] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         parse_text = self.text.replace("\r\n", " \n")
@@ -86,11 +88,23 @@ class Source:
         return self.span(self.start(node), self.end(node))
 
     def line_text(self, line: int) -> str:
+        """The line's text (stripped), at most `limits.MAX_SITE_CHARS` of it, made once per line.
+
+        Every command on a line points at it: `true; true; ...` 200 KB long is one string, not a
+        copy per command (memory and time stay linear in the input).
+        """
+        cached = self._line_texts.get(line)
+        if cached is not None:
+            return cached
         k = line - self.base_line - 1
+        text = ""
         if 0 <= k < len(self._line_starts):
             end = self._line_starts[k + 1] - 1 if k + 1 < len(self._line_starts) else len(self.text)
-            return self.text[self._line_starts[k]:end].strip()
-        return ""
+            text = self.text[self._line_starts[k]:end].strip()
+            if len(text) > limits.MAX_SITE_CHARS:
+                text = text[:limits.MAX_SITE_CHARS - 1] + "…"
+        self._line_texts[line] = text
+        return text
 
     @property
     def lines(self) -> int:

@@ -32,6 +32,7 @@ from doctor.launch.events import RunSummary
 from doctor.launch.scorep import ScorepFound, cuda_support, find_scorep
 from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, LaunchSpec, memory_warning, total_memory_to_set
 from doctor.launch.view import LiveView, PlainView, summary_lines
+from doctor.sanitize import shown
 from doctor.wording import count
 
 LAUNCHER_SCRIPTS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
@@ -256,7 +257,7 @@ def without_unsupported_cuda(spec: LaunchSpec, found: ScorepFound, env: dict[str
         raise UsageError(f"--scorep-flags has --cuda, but {where}: every rank would stop with \"Unsupported "
                          "feature 'cuda' cannot be enabled by '--cuda'\" (SCP001); drop --cuda or load a "
                          "Score-P with CUDA support")
-    print(f"gpu-doctor: {where}: measuring without --cuda", file=sys.stderr, flush=True)
+    print(shown(f"gpu-doctor: {where}: measuring without --cuda"), file=sys.stderr, flush=True)
     return dataclasses.replace(spec, scorep_flags=tuple(f for f in spec.scorep_flags if f != "--cuda"))
 
 
@@ -272,7 +273,7 @@ def main(argv: Sequence[str]) -> int:
         spec = without_unsupported_cuda(spec, found, env, explicit=any(o.startswith("--scorep-flags") for o in opts))
         warning = memory_warning(spec, spec.base_env())
         if warning:
-            print(f"gpu-doctor: warning: {warning}", file=sys.stderr, flush=True)
+            print(shown(f"gpu-doctor: warning: {warning}"), file=sys.stderr, flush=True)
         elif total_memory_to_set(spec, spec.base_env()):
             print(f"gpu-doctor: SCOREP_TOTAL_MEMORY={total_memory_to_set(spec, spec.base_env())} for each rank "
                   "(Score-P's default 16000k cannot hold the Python instrumenter's trace of `import torch`)",

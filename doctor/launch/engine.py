@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.launch import ifname, placement, reaper, rendezvous, slurm
+from doctor.launch.cgroup import RankCgroups
 from doctor.launch.events import (
     Event,
     Note,
@@ -118,6 +119,9 @@ class Launcher:
         self._t0 = 0.0
         self.master = ""
         self.marker = reaper.new_marker()  # in every rank's environment: finds its descendants
+        self._cgroups = RankCgroups(self.marker)  # one per rank process where cgroup v2 allows
+        self._first_tick: int | None = None  # when the first rank started (orphans are younger)
+        self.leftovers: list[str] = []  # 'pid N (name)' of what the ranks left running, killed
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -126,6 +130,7 @@ class Launcher:
             raise RuntimeError("a Launcher starts once")
         self._started = True
         self._t0 = time.monotonic()
+        reaper.become_subreaper()  # orphans of the ranks come to us, not to init (the sweep finds them)
         threading.Thread(target=self._dispatch, name="launch-dispatch", daemon=True).start()
         threading.Thread(target=self._supervise, name="launch-supervisor", daemon=True).start()
         return self
@@ -264,11 +269,34 @@ class Launcher:
             self._finish(internal_error=f"{type(exc).__name__}: {exc}")
 
     def _stop_survivors(self) -> None:
-        """Kill what the ranks left running outside their groups (`setsid` grandchildren)."""
-        left = reaper.stop_survivors(self.marker)
-        if left:
-            self._post(Note("warn", f"stopped {count(len(left), 'process', 'processes')} the ranks left running "
-                                    f"(pids {', '.join(map(str, left[:10]))}): nothing outlives the launch"))
+        try:
+            self._sweep()
+        finally:
+            reaper.become_subreaper(False)
+
+    def _sweep(self) -> None:
+        """Kill what the ranks left running: their cgroups' members, the orphans gpu-doctor adopted
+        from them (by process tree), anything still carrying the launch's marker; name each one."""
+        from doctor.isolate import LIVE_GROUPS
+
+        table = reaper.processes()
+        me = os.getpid()
+        # Ranks still alive are our unreaped children (their pids cannot have been reused).
+        alive = {p.popen.pid for p in self._procs if p.popen is not None
+                 and (info := table.get(p.popen.pid)) is not None and info.ppid == me}
+        keep = set(LIVE_GROUPS)  # gpu-doctor's own probes, running beside the launch
+        groups = {p.popen.pid for p in self._procs if p.popen is not None}  # each rank leads its own
+        killed = [reaper.describe(pid, table) for pid in self._cgroups.sweep(keep)
+                  if reaper.left_running(pid, table, groups)]
+        if self._first_tick is not None:
+            killed += reaper.sweep_tree(alive, self._first_tick, keep, groups)
+        table = reaper.processes()
+        killed += [reaper.describe(pid, table) for pid in reaper.stop_survivors(self.marker)]
+        killed = list(dict.fromkeys(killed))
+        self.leftovers += [k for k in killed if k not in self.leftovers]
+        if killed:
+            self._post(Note("warn", f"stopped {count(len(killed), 'process', 'processes')} the ranks left running "
+                                    f"({', '.join(killed[:10])}): nothing outlives the launch"))
 
     def _prepare(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -348,10 +376,11 @@ class Launcher:
             self._logs[r] = open(self._status[r].log_path, "ab", buffering=0)  # noqa: SIM115
         try:
             env = reaper.marked(dict(plan.env(base) if plan else base), self.marker)
+            join = self._cgroups.join_file(proc.ranks[0])
             proc.popen = subprocess.Popen(
                 list(proc.argv), env=env, cwd=str(self.spec.workdir),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, bufsize=0, preexec_fn=reaper.die_with_parent())
+                start_new_session=True, bufsize=0, preexec_fn=reaper.rank_preexec(join))
         except OSError as exc:
             text = f"gpu-doctor: cannot start {proc.argv[0]}: {exc.strerror or exc}"
             for r in proc.ranks:
@@ -360,6 +389,9 @@ class Launcher:
             self._proc_exited(proc, 127)
             return
         pid = proc.popen.pid
+        if self._first_tick is None:
+            me = reaper.processes().get(pid)
+            self._first_tick = me.started if me is not None else 0
         for r in proc.ranks:
             self._update(r, state=RankState.STARTING, pid=pid)
             self._post(RankStarted(r, pid, proc.argv, self._status[r].log_path))
@@ -662,12 +694,16 @@ class Launcher:
             code, reason = 1, "the ranks did not all finish"
         if self._failed_nodes:
             reason = "; ".join(self._node_lost_text(n) for n in self._failed_nodes) + "; " + reason
+        if self.leftovers:
+            reason += (f"; killed {count(len(self.leftovers), 'process', 'processes')} the ranks left running: "
+                       f"{', '.join(self.leftovers[:10])}{' ...' if len(self.leftovers) > 10 else ''}")
         self.summary = RunSummary(
             exit_code=code, reason=reason, ranks=results, first_failed=self._first_failed,
             run_dir=str(self.run_dir), duration_s=time.monotonic() - self._t0,
             world_size=self.spec.world_size, master=getattr(self, "master", ""),
             stopped_by=stopped[0] if stopped else None,
-            warmup=self.warmup_result.describe() if self.warmup_result else None)
+            warmup=self.warmup_result.describe() if self.warmup_result else None,
+            leftovers=tuple(self.leftovers))
         self._write_summary(self.summary)
         self._post(RunFinished(self.summary))
 

@@ -122,6 +122,7 @@ class RunSummary:
     master: str
     stopped_by: str | None = None       # "SIGINT", "rendezvous timeout", "rank 1 failed", ...
     warmup: str | None = None
+    leftovers: tuple[str, ...] = ()     # "pid N (name)" of what the ranks left running, killed at the end
 
     def rank(self, n: int) -> RankResult:
         return next(r for r in self.ranks if r.rank == n)

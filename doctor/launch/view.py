@@ -23,6 +23,7 @@ from doctor.launch.events import (
     WarmupAttempt,
 )
 from doctor.launch.gpus import GpuSample
+from doctor.sanitize import markup, shown
 from doctor.wording import count
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class PlainView:
         self.quiet = quiet
 
     def say(self, text: str) -> None:
-        print(f"gpu-doctor: {text}", file=self.err, flush=True)
+        print(shown(f"gpu-doctor: {text}"), file=self.err, flush=True)
 
     def __call__(self, ev: Event) -> None:
         if isinstance(ev, RankOutput):
@@ -84,7 +85,7 @@ def rank_table(statuses: tuple[RankStatus, ...]) -> Any:
     for s in statuses:
         table.add_row(*([s.node] if several_nodes else []), str(s.rank), f"[{STATE_STYLE[s.state]}]{s.state.value}[/]",
                       str(s.pid or ""), s.progress_text, ended_text(s.returncode, s.state),
-                      s.last_line.replace("[", r"\["))
+                      markup(s.last_line, one_line=True))
     return table
 
 
@@ -106,7 +107,7 @@ def live_renderable(header: str, statuses: tuple[RankStatus, ...], samples: tupl
     from rich.console import Group
     from rich.text import Text
 
-    return Group(Text(header, style="bold"), rank_table(statuses), gpu_table(samples, error))
+    return Group(Text(shown(header, one_line=True), style="bold"), rank_table(statuses), gpu_table(samples, error))
 
 
 class LiveView:
@@ -138,12 +139,12 @@ class LiveView:
     def __call__(self, ev: Event) -> None:
         if isinstance(ev, Note):
             style = {"warn": "yellow", "error": "bold red"}.get(ev.level, "")
-            self.console.print(f"[{style}]{ev.text}[/]" if style else ev.text, markup=bool(style),
-                               highlight=False)
+            self.console.print(f"[{style}]{markup(ev.text)}[/]" if style else shown(ev.text),
+                               markup=bool(style), highlight=False)
         elif isinstance(ev, RunStarted):
             self.header = f"{count(ev.world_size, 'rank')} · rendezvous {ev.master} · logs {ev.run_dir}"
         elif isinstance(ev, WarmupAttempt) and not ev.ok:
-            self.console.print(f"warm-up attempt {ev.attempt}: {ev.kind}: {ev.detail}", markup=False,
+            self.console.print(shown(f"warm-up attempt {ev.attempt}: {ev.kind}: {ev.detail}"), markup=False,
                                highlight=False)
 
 
@@ -156,7 +157,7 @@ def summary_lines(summary: RunSummary, tail: int = 10) -> list[str]:
     if summary.first_failed is not None:
         first = summary.rank(summary.first_failed)
         lines.append(f"  last lines of rank {first.rank} ({first.log_path}):")
-        lines.extend(f"    | {line}" for line in first.last_lines[-tail:])
+        lines.extend(f"    | {shown(line, one_line=True)}" for line in first.last_lines[-tail:])
     failed = [r.rank for r in summary.ranks if r.state == "failed"]  # died, not stopped by us
     if failed:
         from doctor.launch.failures import rank_failures

@@ -253,20 +253,25 @@ def framework(ctx: ProbeContext) -> dict[str, Any]:
     """torch.zeros(1).cuda() in the job's interpreter, in try/except, in a subprocess.
 
     The interpreter: --python, else the one the job script runs (from the job
-    folder, when there is one), else the current one. As root in the gate, a
-    discovered interpreter that anybody but root can write to is refused: the gate
-    never runs user-controlled code as root (an explicit --python is the admin's choice).
+    folder, when there is one), else the current one. It starts in a neutral
+    working folder (a job folder's `torch.py` is never imported). Guarded (the gate
+    as root, or somebody else's folder: `doctor.trust`), a discovered interpreter
+    the job's owner can change (it, its pyvenv.cfg, its site-packages) is refused,
+    and the one that runs is isolated (`-I`, the admin's PYTHONPATH only); an explicit
+    --python is the admin's choice, isolated all the same.
     """
-    python = job_interpreter(ctx)
-    if ctx.case.gate and ctx.case.as_root and not ctx.case.python:
-        from doctor.jobfolder.facts import trusted
+    from doctor import trust
 
-        if not trusted(python):
-            raise RuntimeError(f"not running {python} as root: it (or a folder above it) is not "
-                               "root-owned or is writable by others")
+    python = job_interpreter(ctx)
+    guard = trust.guarded(ctx.case)
+    if guard and not ctx.case.python and (why := trust.interpreter_refusal(python)):
+        raise trust.Refused(f"not running {python} {trust.as_whom()}: {why}")
     limit = ctx.limit()
-    cwd = str(ctx.case.root) if ctx.case.root else None
-    out = run_isolated([python, "-c", FRAMEWORK_CODE], limit, env=dict(ctx.case.env), cwd=cwd)
+    # Guarded: -I (no user site, no PYTHON* variables, no script folder on sys.path) with the
+    # admin's PYTHONPATH carried by hand; gpu-doctor's environment is the admin's, not the job's.
+    argv = ([trust.interpreter_argv0(python), "-I", "-c", trust.admin_path(FRAMEWORK_CODE, ctx.case.env)]
+            if guard else [python, "-c", FRAMEWORK_CODE])
+    out = run_isolated(argv, limit, env=dict(ctx.case.env), cwd=trust.NEUTRAL_CWD)
     for line in reversed(out.stdout.splitlines()):
         if line.startswith(FRAMEWORK_MARK):
             return {**json.loads(line[len(FRAMEWORK_MARK):]), "python": python,

@@ -170,7 +170,10 @@ def interpreter_refusal(case: Case) -> str | None:
         if st.st_uid != 0 or (st.st_mode & 0o022 and not sticky_dir):
             return (f"refusing to run {python} as root: {path} is owned by uid {st.st_uid} "
                     f"with mode {stat.filemode(st.st_mode)} (user-writable)")
-    return None
+    from doctor.trust import interpreter_refusal as venv_refusal  # its pyvenv.cfg, site-packages, .pth
+
+    why = venv_refusal(str(python))
+    return f"refusing to run {python} as root: {why}" if why else None
 
 
 def test_size(case: Case) -> int:
@@ -240,7 +243,7 @@ def p2p_integrity(ctx: ProbeContext) -> dict[str, Any]:
     soft = max(0.5, limit - min(3.0, 0.25 * limit))
     argv = [python, *(["-I"] if case.gate and case.as_root else []), str(ACTIVE_CHILD),
             "--bytes", str(size), "--budget", f"{soft:.1f}", "--backend", backend]
-    res = run_isolated(argv, limit, env=dict(case.env))
+    res = run_isolated(argv, limit, env=dict(case.env), cwd="/")  # never a job folder's modules
     value = read_integrity(res)
     value.update(python=python, limit_s=round(limit, 1))
     return value

@@ -98,6 +98,27 @@ def _preflight(root: Path, todo: list[FileTarget], locked: bool = False) -> None
                           "`gpu-doctor undo` to put its files back first")
 
 
+def _same_history(plan: Plan) -> None:
+    """Compare-and-swap on the folder: refuse when another apply or undo ran since the plan read it.
+
+    Its files may hold the same bytes one by one and still be a mix the plan never saw (read while
+    the other one was half-way); the plan was drafted from that read, so it is not written.
+    """
+    if plan.history is None:
+        return
+    now = journal.history(plan.root)
+    if now == plan.history:
+        return
+    seen = set(plan.history)
+    since = {rec.split(":", 1)[1] for rec in now if rec not in seen}
+    mine = {journal.relative(plan.root, t.path) for t in plan.files}
+    touched = [f["path"] for t in journal.transactions(plan.root) if t.tx in since for f in t.files
+               if f.get("path") in mine]
+    what = plan.root / touched[0] if touched else plan.root
+    raise StaleFile(f"{what} was changed by another gpu-doctor fix or undo since this plan read it; "
+                    "nothing was written. Run `gpu-doctor fix` again to plan against the current files.")
+
+
 def new_tx() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
 
@@ -115,7 +136,8 @@ def apply_plan(plan: Plan, argv: Sequence[str] = ()) -> ApplyResult:
         todo, done = pending_targets(plan)  # again, under the lock
         if not todo:
             return ApplyResult(None, (), tuple(t.path for t in done))
-        _preflight(root, todo, locked=True)
+        _preflight(root, todo, locked=True)  # an interrupted apply is said first: undo it
+        _same_history(plan)
         tx = new_tx()
         entries = _backup(root, tx, todo)
         journal.append(root, {"type": "begin", "tx": tx, "root": str(root), "argv": list(argv),
@@ -244,18 +266,20 @@ def _restore(root: Path, entry: dict[str, object], tx: str, expect: str | None) 
 def undo(root: Path, *, tx: str | None = None, everything: bool = False,
          force: bool = False) -> UndoResult:
     """Undo the latest open transaction (or `tx`, or all of them, newest first)."""
-    open_txs = [t for t in journal.transactions(root) if t.open]
-    if tx is not None:
-        chosen = [t for t in open_txs if t.tx == tx]
-        if not chosen:
+    if not journal.transactions(root):  # nothing to undo: no lock (nor journal) is made for that
+        if tx is not None:
             raise RemedyError(f"no applied transaction {tx!r} in {journal.state_dir(root)}")
-    else:
-        chosen = list(reversed(open_txs)) if everything else open_txs[-1:]
-    if not chosen:
         return UndoResult((), (), ())
     restored: list[Path] = []
     removed: list[Path] = []
-    with journal.locked(root):
+    with journal.locked(root):  # chosen under the lock: an apply half-way is not taken for interrupted
+        open_txs = [t for t in journal.transactions(root) if t.open]
+        if tx is not None:
+            chosen = [t for t in open_txs if t.tx == tx]
+            if not chosen:
+                raise RemedyError(f"no applied transaction {tx!r} in {journal.state_dir(root)}")
+        else:
+            chosen = list(reversed(open_txs)) if everything else open_txs[-1:]
         for t in chosen:
             r: list[Path] = []
             m: list[Path] = []

@@ -23,18 +23,29 @@ from doctor.safeopen import UnsafeFile
 
 
 class Draft:
-    """File contents as planned so far; the first read of each file remembers its original."""
+    """File contents as planned so far; the first read of each file remembers its original.
 
-    def __init__(self) -> None:
+    `seen`: the bytes the findings were drawn from (the parsed job's `reads`, by real path).
+    A file among them is drafted from those bytes, never from a second read: the spans the
+    checks found are offsets into exactly that text, and applying compares the file on disk
+    with their hash (a file saved in between is refused, not edited at stale offsets).
+    """
+
+    def __init__(self, seen: Mapping[str, bytes] | None = None) -> None:
         self.original: dict[Path, bytes | None] = {}
         self.modes: dict[Path, int] = {}
         self._current: dict[Path, bytes | None] = {}
+        self._seen = dict(seen or {})
 
     def read(self, path: Path) -> bytes | None:
         """The planned content of `path`, or None where it does not exist (yet)."""
         if path not in self.original:
             try:  # never through a symlink, never a FIFO or a device: a plan only edits files
-                data: bytes | None = current(path)
+                data: bytes | None = self._seen.get(str(path))
+                if data is None:
+                    data = current(path)
+                else:
+                    current(path)  # the same refusals (a FIFO, a symlink) as a fresh read
                 if data is not None:
                     self.modes[path] = os.lstat(path).st_mode & 0o7777
             except UnsafeFile as exc:

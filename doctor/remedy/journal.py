@@ -88,7 +88,10 @@ def checked_state_dir(root: Path, create: bool = False) -> Path | None:
     except FileNotFoundError:
         if not create:
             return None
-        folder.mkdir()
+        try:
+            folder.mkdir()
+        except FileExistsError:  # another apply made it just now: check what is there now
+            return checked_state_dir(root)
         adopt(folder, root)
         return folder
     if stat.S_ISLNK(st.st_mode):
@@ -296,6 +299,21 @@ def transactions(root: Path) -> list[Transaction]:
         elif kind == "verify":
             t.verify = dict(rec.get("remedies", {}))
     return list(txs.values())
+
+
+HISTORY_TYPES = ("begin", "commit", "abort", "undo")
+
+
+def history(root: Path) -> tuple[str, ...]:
+    """`type:tx` of every record that changes files (begin, commit, abort, undo), oldest first.
+
+    A plan takes it before it reads the files; applying compares it under the lock, so a
+    plan drafted while another apply or undo was changing the folder is refused.
+    """
+    try:
+        return tuple(f"{r['type']}:{r['tx']}" for r in records(root) if r["type"] in HISTORY_TYPES)
+    except (JournalError, OSError):
+        return ("unreadable",)  # applying reads it again under the lock, and says what is wrong
 
 
 def remedy_states(root: Path) -> dict[str, dict[str, Any]]:

@@ -140,6 +140,8 @@ class Plan:
     remedies: tuple[RemedyPlan, ...]
     files: tuple[FileTarget, ...] = ()
     skipped: tuple[RemedyPlan, ...] = field(default=())
+    # `journal.history` when the files were read (None: not known; only the files' hashes are compared).
+    history: tuple[str, ...] | None = None
 
     @property
     def ready(self) -> tuple[RemedyPlan, ...]:

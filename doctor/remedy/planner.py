@@ -17,6 +17,7 @@ from typing import Any
 from doctor import registry
 from doctor.case import Case
 from doctor.model import Finding, Phase, Safety, Status
+from doctor.remedy import journal
 from doctor.remedy.draft import Draft, RemedyContext
 from doctor.remedy.model import CannotPlan, FileTarget, Plan, RemedyPlan, sha256
 
@@ -64,15 +65,21 @@ def planning_order(remedy_ids: Iterable[str]) -> list[str]:
 
 
 def make_plan(case: Case, findings: Sequence[Finding], *, only: Sequence[str] = (),
-              unsafe: bool = True, facts: Any = None) -> Plan:
+              unsafe: bool = True, facts: Any = None, history: tuple[str, ...] | None = None) -> Plan:
     """Plan the remedies the findings name.
 
     `only` limits the plan to these remedy IDs; without `unsafe`, unsafe
-    remedies are listed in `Plan.skipped` instead of being planned.
+    remedies are listed in `Plan.skipped` instead of being planned. Files the
+    parsed job (`facts["job"]`) read are drafted from those bytes; `history`
+    (`journal.history` taken before they were read; now, when not given) is what
+    applying compares under the lock.
     """
     registry.load()
     root = case.root or Path.cwd()
-    draft = Draft()
+    if history is None:
+        history = journal.history(root)
+    job = facts.get("job") if facts is not None else None
+    draft = Draft(getattr(job, "reads", None))
     planned: list[RemedyPlan] = []
     skipped: list[RemedyPlan] = []
     for rid, found in remedies_for(findings).items():
@@ -80,7 +87,7 @@ def make_plan(case: Case, findings: Sequence[Finding], *, only: Sequence[str] = 
             continue
         rp = _plan_one(case, rid, tuple(found), tuple(findings), draft, facts, planned, unsafe)
         (skipped if rp.status == "skipped" else planned).append(rp)
-    return Plan(root, tuple(planned), _targets(draft), tuple(skipped))
+    return Plan(root, tuple(planned), _targets(draft), tuple(skipped), history)
 
 
 def _plan_one(case: Case, rid: str, found: tuple[Finding, ...], everything: tuple[Finding, ...],

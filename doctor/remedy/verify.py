@@ -59,8 +59,10 @@ def check_and_plan(case: Case, *, extra: Sequence[Finding] = (), only: Sequence[
     """
     from doctor.remedy.planner import make_plan
 
+    history = journal.history(case.root) if case.root is not None else None  # before any file is read
     run = run_job_checks(case, budget_s=budget_s)
-    plan = make_plan(case, run.findings + list(extra), only=only, unsafe=unsafe, facts=run.facts)
+    plan = make_plan(case, run.findings + list(extra), only=only, unsafe=unsafe, facts=run.facts,
+                     history=history)
     return run, plan
 
 

@@ -23,6 +23,7 @@ from doctor.report.write import (
     output_format,
     write_report,
 )
+from doctor.sanitize import shown
 from doctor.verdict import ExitCode
 from doctor.wording import count
 
@@ -88,8 +89,8 @@ def run_report(argv: list[str], preset_facts: dict[str, Any] | None = None) -> i
             return int(ExitCode.OK)
         assert target is not None
         written = write_report(case, target, settings, preset_facts)
-        print(written.summary())
+        print(shown(written.summary()))
         return written.exit_code
     except (UsageError, ReportError) as exc:
-        print(f"gpu-doctor report: error: {exc}", file=sys.stderr)
+        print(shown(f"gpu-doctor report: error: {exc}"), file=sys.stderr)
         return int(ExitCode.ERROR)

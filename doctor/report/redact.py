@@ -46,10 +46,12 @@ RULES: dict[str, str] = {
     "github_token": "GitHub tokens (ghp_..., github_pat_...) masked",
     "aws_access_key": "AWS access key ids (AKIA...) masked",
     "api_token": "other API token shapes (sk-..., xox?-..., glpat-..., JWTs) masked",
-    "pem_block": "every line inside a PEM block (-----BEGIN ... to -----END ...) masked",
+    "pem_block": "every line inside a PEM block (-----BEGIN ... to -----END ...) masked, and the key lines "
+                 "before an -----END ... whose BEGIN is not in the excerpt",
     "email": "e-mail addresses masked",
     "secret_assignment": "NAME=value / --name value / \"name\": \"value\" / password X where the name says "
-                         "secret: the whole value masked",
+                         "secret (DB_PASS=, --db-pass=, --pw X, LDAP_PWD=, key passphrase: X), -u user:PW, "
+                         "sshpass -p PW: the whole value masked",
     "high_entropy": "long random-looking strings masked",
     "gpu_uuid": "GPU UUIDs replaced by a short hash",
     "home_dir": "home folders replaced by ~ or /home/<user>",
@@ -83,9 +85,18 @@ _PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,64}-----")
 _FLAG = re.compile(r"(?<![\w-])--?([A-Za-z][\w-]*)(=|\s+)([^\s\"',;-][^\s\"',;]*)")
 # The last word of a name that holds a secret (HF_TOKEN, api_key, hub-token, accessToken, X_AUTH) and
 # words that make any name secret (SECRET_KEY_BASE). Not TOKENS or TOKENIZER: those are ML words.
-SECRET_LAST_WORDS = frozenset({"token", "secret", "password", "passwd", "key", "apikey", "credential",
-                               "credentials", "auth", "pat"})
-SECRET_ANY_WORDS = frozenset({"secret", "password", "passwd", "credential", "credentials"})
+SECRET_LAST_WORDS = frozenset({"token", "secret", "password", "passwd", "passphrase", "key", "apikey",
+                               "credential", "credentials", "auth", "pat", "pass", "pw"})
+SECRET_ANY_WORDS = frozenset({"secret", "password", "passwd", "passphrase", "credential", "credentials"})
+# Last words that say secret only after another word: `LDAP_PWD`, `DB_PWD`, never `PWD` (the working folder).
+SECRET_QUALIFIED_WORDS = frozenset({"pwd"})
+# `curl -u user:PW`, `curl --user=user:PW`, `--proxy-user user:PW`: the part after the colon.
+_USER_COLON = re.compile(r"(?<![\w-])(-u|--user|--proxy-user)(\s+|=)([\"']?)([^\s:\"']{1,256}):([^\s\"']+)")
+# `sshpass -p PW` (and `-pPW`): the password itself on the command line.
+_SSHPASS = re.compile(r"\b(sshpass\s+(?:-[a-oq-zA-Z]\s+\S+\s+)*-p\s*)([\"']?)([^\s\"']+)")
+# One line of a PEM body: base64 only (the short last line of a key is one too), also after an
+# excerpt's line-number gutter (`   6 | `, `>  8 | `).
+_PEM_BODY = re.compile(r"(?P<gutter>[ \t>]*\d+ +\| ?)?[ \t]*[A-Za-z0-9+/=]{4,}[ \t]*")
 _GPU_UUID = re.compile(r"\b(?:MIG-)?GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
 _LONG = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{32,}(?![A-Za-z0-9+/=_-])")
 _OTHER_HOME = re.compile(r"/home/(?!<user>)([^/\s\"'<>:]+)")
@@ -108,7 +119,8 @@ def secret_name(name: str) -> bool:
 def secret_key_name(name: str) -> bool:
     """Whether a key or flag name in text names a secret (stricter than `secret_name` for env names)."""
     words = [w.lower() for w in re.split(r"[_.\-]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)) if w]
-    return bool(words) and (words[-1] in SECRET_LAST_WORDS or any(w in SECRET_ANY_WORDS for w in words))
+    return bool(words) and (words[-1] in SECRET_LAST_WORDS or any(w in SECRET_ANY_WORDS for w in words)
+                            or (len(words) > 1 and words[-1] in SECRET_QUALIFIED_WORDS))
 
 
 def entropy(text: str) -> float:
@@ -164,7 +176,7 @@ class Redactor:
             for name, value in env.items():
                 if not isinstance(value, str):
                     continue
-                if secret_name(name) and len(value) >= 8 and not value.isdigit() and not _keep_value(value):
+                if (secret_name(name) or secret_key_name(name)) and len(value) >= 8 and not value.isdigit() and not _keep_value(value):
                     secrets.add(value)
                 if name == "HOME":
                     home_set.add(value)
@@ -204,6 +216,11 @@ class Redactor:
                 self.counts["known_secret"] += text.count(secret)
                 text = text.replace(secret, MASK)
         text = self._sub("url_credentials", _URL_CRED, text, lambda m: f"{m.group(1)}{MASK}@")
+        text = self._sub("secret_assignment", _USER_COLON, text,  # not `docker run -u 1000:1000` (uid:gid)
+                         lambda m: m.group(0) if _keep_value(m.group(5)) or (m.group(4) + m.group(5)).isdigit()
+                         else m.group(0)[:m.start(5) - m.start(0)] + MASK)
+        text = self._sub("secret_assignment", _SSHPASS, text,
+                         lambda m: m.group(0) if _keep_value(m.group(3)) else m.group(1) + m.group(2) + MASK)
         text = self._sub("bearer_token", _BEARER, text,
                          lambda m: m.group(0) if _keep_value(m.group(2)) else m.group(1) + MASK)
         for rule, pattern in _VENDOR:
@@ -245,6 +262,8 @@ class Redactor:
             end = text.find("\n", start)
             end = len(text) if end < 0 else end
             value = text[start:end].rstrip()
+            if value and m.group(2) == "=" and re.fullmatch(r"[A-Z_][A-Z0-9_]*", m.group(1)):
+                value = value.split(None, 1)[0]  # `DB_PASS=x python train.py`: a shell word, not the line
             if value and not _keep_value(value):
                 spans.append((start, start + len(value)))
         for start, end in reversed(spans):
@@ -262,10 +281,13 @@ class Redactor:
 
     def _pem(self, text: str) -> str:
         """Mask every line between a PEM BEGIN and its END, also across strings (line-wise logs)."""
-        if not self.in_pem and "-----BEGIN " not in text:
+        if not self.in_pem and "-----BEGIN " not in text and "-----END " not in text:
             return text
         lines = text.split("\n")
         for i, line in enumerate(lines):
+            if not self.in_pem and _PEM_END.search(line) and not _PEM_BEGIN.search(line):
+                self._pem_tail(lines, i)  # the excerpt began inside the key: its lines before END
+                continue
             if self.in_pem:
                 end = _PEM_END.search(line)
                 if end:
@@ -291,6 +313,18 @@ class Redactor:
                         lines[i] = line[:begin.end()] + MASK
                         self.counts["pem_block"] += 1
         return "\n".join(lines)
+
+    def _pem_tail(self, lines: list[str], end: int) -> None:
+        """Mask the key lines just above `lines[end]` (an END whose BEGIN is not in the text)."""
+        head = lines[end][:_PEM_END.search(lines[end]).start()]  # type: ignore[union-attr]
+        if head.strip() and _PEM_BODY.fullmatch(head):
+            lines[end] = MASK + lines[end][len(head):]
+            self.counts["pem_block"] += 1
+        i = end - 1
+        while i >= 0 and (body := _PEM_BODY.fullmatch(lines[i])):
+            lines[i] = (body.group("gutter") or "") + MASK
+            self.counts["pem_block"] += 1
+            i -= 1
 
     def _names(self, text: str) -> str:
         for home in self.homes:
@@ -365,6 +399,14 @@ class Redactor:
                 out.append(MASK)
             else:
                 out.append(self.value(v, key))
+        for i, item in enumerate(out):  # log lines one per item: a key's last lines before its END
+            text = _line_of(item)
+            if text is not None and _PEM_END.search(text) and not _PEM_BEGIN.search(text):
+                j = i - 1
+                while j >= 0 and (above := _line_of(out[j])) is not None and _PEM_BODY.fullmatch(above):
+                    out[j] = MASK if isinstance(out[j], str) else {**out[j], "text": MASK}
+                    self.counts["pem_block"] += 1
+                    j -= 1
         return out
 
     def document(self, doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -386,6 +428,15 @@ class Redactor:
     def leaked(self, text: str) -> list[str]:
         """Known secret values still present in rendered output (a last safety net)."""
         return [s for s in self.secrets if s in text] if self.enabled else []
+
+
+def _line_of(item: Any) -> str | None:
+    """The text of one line in a list of lines: the string, or an excerpt line's `text`."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Mapping) and isinstance(item.get("text"), str):
+        return str(item["text"])
+    return None
 
 
 def _secret_flag(item: Any) -> bool:

@@ -1,16 +1,16 @@
 """The HTML report: one self-contained file (inline CSS, no scripts, no external assets).
 
 It opens offline in any browser, prints cleanly, and every text in it comes
-from the redacted document through `html.escape`.
+from the redacted document through `doctor.sanitize.html_text` (control characters escaped too).
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from doctor.report import timeline, view
+from doctor.sanitize import html_text
 
 CSS = """
 :root { color-scheme: light dark; --bg:#fff; --fg:#1d2125; --muted:#5f6b76; --line:#d6dbe0; --code:#f4f6f8;
@@ -42,7 +42,7 @@ code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
 
 
 def esc(value: Any) -> str:
-    return html.escape(view.text(value))
+    return html_text(view.text(value))
 
 
 def badge(status: str) -> str:
@@ -54,7 +54,7 @@ def inline(value: Any) -> str:
     parts = view.text(value).split("`")
     if len(parts) % 2 == 0:  # an unpaired backtick: leave the text as it is
         return esc(value)
-    return "".join(f"<code>{html.escape(p)}</code>" if i % 2 else html.escape(p) for i, p in enumerate(parts))
+    return "".join(f"<code>{html_text(p)}</code>" if i % 2 else html_text(p) for i, p in enumerate(parts))
 
 
 # Columns of IDs, statuses, layers and names: never broken inside a word ("SCP / 002").
@@ -75,7 +75,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], raw_cols: Seque
 
 
 def pre(text: str) -> str:
-    return f"<pre>{html.escape(text)}</pre>"
+    return f"<pre>{html_text(text)}</pre>"
 
 
 def para(text: str, cls: str = "") -> str:

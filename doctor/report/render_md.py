@@ -12,12 +12,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from doctor.report import timeline, view
+from doctor.sanitize import html_text, shown
 
 
 def cell(value: Any) -> str:
     """One table cell: a single line, pipes escaped, empty shown as a dash."""
     text = view.text(value)
-    text = re.sub(r"\s*[\r\n]+\s*", " ⏎ ", text).replace("\\", "\\\\").replace("|", "\\|")
+    text = re.sub(r"\s*[\r\n]+\s*", " ⏎ ", text)
+    text = html_text(text, one_line=True, quote=False).replace("\\", "\\\\").replace("|", "\\|")
     return text or "-"
 
 
@@ -40,14 +42,14 @@ def _kv(pairs: Iterable[tuple[str, Any]]) -> list[str]:
 
 
 def render(doc: Mapping[str, Any]) -> str:
-    lines: list[str] = [f"# {view.title(doc)}", ""]
+    lines: list[str] = [f"# {html_text(view.title(doc), one_line=True, quote=False)}", ""]
     lines += [f"Generated {doc['report']['generated']} by gpu-doctor {doc['tool']['version']}.", ""]
     lines += [f"- **Verdict:** {view.verdict(doc)}",
               f"- **Command:** `{doc['report']['command_line'].replace('`', '')}`",
               f"- **Redaction:** {view.redaction_line(doc)}", ""]
     for heading, body in sections(doc):
         lines += [f"## {heading}", ""] + body
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return shown("\n".join(lines).rstrip("\n")) + "\n"  # no control character, in a fence either
 
 
 def sections(doc: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
@@ -195,6 +197,6 @@ def _timeline(tl: Mapping[str, Any]) -> list[str]:
         if isinstance(block, timeline.Table):
             out += [f"**{cell(block.caption)}**", ""] + table(block.headers, block.rows)
         else:
-            text = block.text.replace("*", "\\*")
+            text = html_text(block.text, quote=False).replace("*", "\\*")
             out += [f"*{text}*" if block.muted else text, ""]
     return out

@@ -82,7 +82,8 @@ def _fill(out: dict[str, Any], root: Path, budget_s: float) -> None:
         return
     from doctor.isolate import run_isolated
 
-    res = run_isolated(child_argv(root), timeout=budget_s, env=child_env())
+    # `-m` puts the working folder first on sys.path: start in `/`, never in a job folder.
+    res = run_isolated(child_argv(root), timeout=budget_s, env=child_env(), cwd="/")
     out["duration_s"] = round(res.duration_s, 3)
     if res.timed_out:
         out.update(status="timeout", note=(
@@ -112,7 +113,7 @@ def _fill(out: dict[str, Any], root: Path, budget_s: float) -> None:
 
 def child_argv(root: Path) -> list[str]:
     """The analysis runs in this Python, in a child process that can be killed at the budget."""
-    return [sys.executable, "-m", "doctor.report.timeline", str(root), str(KEEP_STEPS)]
+    return [sys.executable, "-m", "doctor.report.timeline", os.path.abspath(root), str(KEEP_STEPS)]
 
 
 def child_env() -> dict[str, str]:

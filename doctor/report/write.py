@@ -20,6 +20,7 @@ from doctor.case import Case
 from doctor.report import bundle, collect, render_html, render_md
 from doctor.report.redact import MASK, Redactor
 from doctor.safeopen import UnsafeFile, check_replaceable
+from doctor.sanitize import json_text
 from doctor.wording import count
 
 FORMATS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html",
@@ -165,7 +166,7 @@ def _reports(doc: dict[str, Any]) -> dict[str, str]:
 
 
 def dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n"
+    return json_text(json.dumps(doc, indent=2, ensure_ascii=False, default=str)) + "\n"
 
 
 def scrub(text: str, redactor: Redactor) -> str:

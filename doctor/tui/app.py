@@ -26,6 +26,7 @@ from doctor.diagnosis import Diagnosis, diagnose
 from doctor.model import CheckResult, Status
 from doctor.playbook import load_playbook
 from doctor.runner import CheckFinished, CheckStarted, Event, Run, run_checks
+from doctor.sanitize import shown
 from doctor.tui.diagnosis_view import DiagnosisPanel
 from doctor.tui.options import Options
 from doctor.tui.status import STATUS_ICON, STATUS_STYLE, status_text
@@ -115,7 +116,7 @@ class DoctorApp(App[int]):
         self.checks_running = False
         self.diagnosis: Diagnosis | None = None
         self.problems_only = False
-        self.sub_title = str(case.root) if case.root else "this node"
+        self.sub_title = shown(case.root, one_line=True) if case.root else "this node"
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -133,7 +134,7 @@ class DoctorApp(App[int]):
         self._install_signal_handlers()
         self.call_after_refresh(self.fit_message_column)
         for note in self.options.notes:
-            self.notify(note.removeprefix("gpu-doctor: "), markup=False, timeout=8)
+            self.notify(shown(note.removeprefix("gpu-doctor: ")), markup=False, timeout=8)
         self.action_rerun()
 
 
@@ -226,7 +227,7 @@ class DoctorApp(App[int]):
             r = ev.result
             self.results[r.check_id] = r
             table.update_cell(r.check_id, "status", status_text(r.status))
-            table.update_cell(r.check_id, "message", Text(r.message), update_width=False)
+            table.update_cell(r.check_id, "message", Text(shown(r.message, one_line=True)), update_width=False)
             self.update_verdict()
 
     @on(ChecksDone)
@@ -262,7 +263,7 @@ class DoctorApp(App[int]):
             if self.problems_only and (r is None or r.status in (Status.PASS, Status.SKIP)):
                 continue
             table.add_row(Text(chk.layer, style="bold"), chk.id, status_text(r.status if r else None),
-                          Text(r.message) if r else Text(chk.title, style="dim"), key=chk.id)
+                          Text(shown(r.message, one_line=True)) if r else Text(chk.title, style="dim"), key=chk.id)
 
     def action_problems_only(self) -> None:
         if self.checks_running:
@@ -358,7 +359,7 @@ class DoctorApp(App[int]):
 
         if self.run_in_progress("undo a fix"):
             return
-        self.notify(undo_all(self.case), markup=False)
+        self.notify(shown(undo_all(self.case)), markup=False)
         self.action_rerun()
 
     def action_launch(self) -> None:

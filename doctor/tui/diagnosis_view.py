@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from doctor.diagnosis import Diagnosis, Problem
+from doctor.sanitize import shown
 
 STYLE = {"fail": "bold red", "warn": "yellow"}
 
@@ -23,15 +24,15 @@ def diagnosis_renderable(diagnosis: Diagnosis | None) -> RenderableType:
         return Text("")
     lines: list[RenderableType] = []
     for root in diagnosis.root_causes:
-        line = Text.assemble(("root cause ", "bold"), problem_text(root.problem), ": ", root.problem.message[:90])
+        line = Text.assemble(("root cause ", "bold"), problem_text(root.problem), ": ", shown(root.problem.message[:90], one_line=True))
         line.append("\n    explains: ", style="dim")
         line.append_text(Text(", ").join(problem_text(s.problem) for s in root.symptoms))
         lines.append(line)
     for u in diagnosis.unexplained:
         lines.append(Text.assemble(problem_text(u.problem), (" — cause not found among the checks; possible: ", "dim"),
-                                   ", ".join(u.possible_causes)))
+                                   shown(", ".join(u.possible_causes))))
     if diagnosis.next_step:
-        lines.append(Text.assemble(("next: ", "bold"), (diagnosis.next_step, "cyan")))
+        lines.append(Text.assemble(("next: ", "bold"), (shown(diagnosis.next_step), "cyan")))
     return Group(*lines) if lines else Text("")
 
 

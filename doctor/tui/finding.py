@@ -20,6 +20,7 @@ from doctor.case import Case
 from doctor.catalogue_cli import doc_markdown
 from doctor.diagnosis import Diagnosis
 from doctor.model import CheckResult, Evidence
+from doctor.sanitize import shown
 from doctor.tui.diagnosis_view import links_renderable
 from doctor.tui.status import status_text
 
@@ -32,10 +33,10 @@ def evidence_renderable(ev: Evidence, root: Path | None = None) -> RenderableTyp
 
     Evidence names files relative to the job folder (`root`) or absolutely.
     """
-    head = Text.assemble(("• ", "bold"), (f"{ev.label}: " if ev.label else "", "bold"), ev.text)
+    head = Text.assemble(("• ", "bold"), (shown(f"{ev.label}: ") if ev.label else "", "bold"), shown(ev.text))
     if not ev.file or not ev.line:
         if ev.file:
-            head.append(f"  ({ev.file})", style="dim")
+            head.append(shown(f"  ({ev.file})"), style="dim")
         return head
     path = Path(ev.file)
     if not path.is_absolute() and root is not None:
@@ -44,12 +45,12 @@ def evidence_renderable(ev: Evidence, root: Path | None = None) -> RenderableTyp
     try:
         code = safeopen.read_text(path, MAX_SOURCE_BYTES)  # a FIFO would block the screen
     except OSError:
-        return Text.assemble(head, (f"  {ev.file}:{ev.line}", "dim"))
+        return Text.assemble(head, (shown(f"  {ev.file}:{ev.line}"), "dim"))
     first = max(1, ev.line - CONTEXT_LINES)
     last = ev.line + CONTEXT_LINES
-    syntax = Syntax(code, lexer, line_numbers=True, line_range=(first, last),
+    syntax = Syntax(shown(code), lexer, line_numbers=True, line_range=(first, last),
                     highlight_lines={ev.line}, theme="ansi_dark", word_wrap=True)
-    return Group(Text.assemble(head, (f"  {ev.file}:{ev.line}", "cyan")), syntax)
+    return Group(Text.assemble(head, (shown(f"  {ev.file}:{ev.line}"), "cyan")), syntax)
 
 
 class FindingScreen(Screen[None]):
@@ -71,7 +72,7 @@ class FindingScreen(Screen[None]):
         with VerticalScroll(id="finding"):
             yield Static(Text.assemble((f"{r.check_id} ", "bold"), (r.title, "bold"), "  ",
                                        status_text(r.status)), id="finding-title")
-            yield Static(Text(r.message), id="finding-message")
+            yield Static(Text(shown(r.message)), id="finding-message")
             links = links_renderable(r.check_id, self.diagnosis)
             if links is not None:
                 yield Static(Text("Diagnosis", style="bold underline"))
@@ -79,7 +80,7 @@ class FindingScreen(Screen[None]):
             yield Static(Text("Evidence", style="bold underline"))
             for f in r.findings:
                 if len(r.findings) > 1:
-                    yield Static(Text.assemble(status_text(f.status), " ", f.message))
+                    yield Static(Text.assemble(status_text(f.status), " ", shown(f.message)))
                 for ev in f.evidence:
                     yield Static(evidence_renderable(ev, self.case.root), classes="evidence")
             if not any(f.evidence for f in r.findings):
@@ -104,7 +105,7 @@ class FindingScreen(Screen[None]):
         from doctor.jobfolder.processes import launch_lines
 
         lines = launch_lines(self.job)
-        return Text("\n".join(lines), style="dim") if lines else None
+        return Text(shown("\n".join(lines)), style="dim") if lines else None
 
     def remedies_renderable(self) -> RenderableType:
         rows: list[RenderableType] = []
@@ -115,10 +116,10 @@ class FindingScreen(Screen[None]):
                 continue
             rows.append(Text.assemble((f"{rid} ", "bold"), (f"[{rem.safety.value}] ", "cyan"), rem.title))
             for step in rem.steps:
-                rows.append(Text(f"    {step}", style="dim"))
+                rows.append(Text(shown(f"    {step}"), style="dim"))
         from doctor.tui.fix import preview_text
 
         diff = preview_text(self.case, [self.result])
         if diff:
-            rows.append(Syntax(diff, "diff", theme="ansi_dark", word_wrap=True))
+            rows.append(Syntax(shown(diff), "diff", theme="ansi_dark", word_wrap=True))
         return Group(*rows) if rows else Text("none: this check needs no remedy", style="dim")

@@ -28,6 +28,7 @@ from textual.worker import Worker, get_current_worker
 from doctor.case import Case
 from doctor.model import CheckResult, Safety
 from doctor.remedy.verify import JOB_LAYERS
+from doctor.sanitize import shown
 from doctor.wording import count
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ def remedy_label(rp: RemedyPlan) -> Text:
     style = {"safe": "green", "unsafe": "yellow", "manual": "cyan"}[rp.safety.value]
     files = ", ".join(sorted({c.path.name for c in rp.changes}))
     return Text.assemble((f"[{rp.safety.value}] ", style), (rp.remedy_id, "bold"), f"  {rp.title}",
-                         (f"  ({files})" if files else "", "dim"))
+                         (shown(f"  ({files})", one_line=True) if files else "", "dim"))
 
 
 class RemedyList(SelectionList[str]):
@@ -239,13 +240,13 @@ class FixScreen(Screen[bool]):
             if rp.remedy_id in chosen:
                 diff = "".join(c.diff(self.plan.root) for c in rp.changes)
                 parts += [Text(f"# {rp.remedy_id} ({rp.safety.value}): {rp.title}", style="bold"),
-                          Syntax(diff, "diff", theme="ansi_dark", word_wrap=True)]
+                          Syntax(shown(diff), "diff", theme="ansi_dark", word_wrap=True)]
                 if rp.note:
-                    parts.append(Text(f"  {rp.note}", style="italic"))
+                    parts.append(Text(shown(f"  {rp.note}"), style="italic"))
         for rp in self.manual():
             if rp.steps:
                 parts.append(Text(f"# {rp.remedy_id} ({rp.status}): {rp.title}", style="bold cyan"))
-                parts += [Text(f"  {i}. {s}" if i is not None else f"     {s}") for i, s in rp.numbered_steps()]
+                parts += [Text(shown(f"  {i}. {s}" if i is not None else f"     {s}")) for i, s in rp.numbered_steps()]
         self.query_one("#fix-diff", Static).update(Group(*parts) if parts else Text("nothing selected",
                                                                                      style="dim"))
 
@@ -291,7 +292,7 @@ class FixScreen(Screen[bool]):
     def show_applied(self, message: FixApplied) -> None:
         box = self.query_one("#fix-result", Static)
         if message.error:
-            box.update(Text(message.error, style="bold red" if message.tx is None and message.written == 0
+            box.update(Text(shown(message.error), style="bold red" if message.tx is None and message.written == 0
                             and "already" not in message.error else "yellow"))
             return
         self.changed = True
@@ -299,12 +300,12 @@ class FixScreen(Screen[bool]):
         for v in message.verified:
             word, style = {True: ("verified", "green"), False: ("NOT verified", "bold red"),
                            None: ("not verified", "yellow")}[v.verified]
-            lines.append(Text.assemble(f"  {v.remedy_id}: ", (word, style), f"  {v.note}" if v.note else ""))
+            lines.append(Text.assemble(f"  {v.remedy_id}: ", (word, style), shown(f"  {v.note}") if v.note else ""))
         box.update(Group(*lines))
         self.plan_worker()
 
     def action_undo(self) -> None:
-        text = undo_all(self.case)
+        text = shown(undo_all(self.case))
         self.changed = self.changed or text.startswith("undone")
         self.query_one("#fix-result", Static).update(Text(text))
         self.notify(text, markup=False)

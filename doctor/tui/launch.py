@@ -35,6 +35,7 @@ from textual.widgets import (
     Static,
 )
 
+from doctor import sanitize
 from doctor.case import Case
 from doctor.tui.tickbox import Tickbox
 from doctor.wording import count
@@ -100,7 +101,9 @@ def timeline_text(workdir: Path, width: int = 130, timeout: float = 120.0,
             on_progress(line[len(prefix) - 1:])
 
     env = {**os.environ, "COLUMNS": str(width), "NO_COLOR": "1", "TERM": "dumb"}
-    res = run_followed([sys.executable, "-m", "doctor", "timeline", str(workdir)], timeout, progress, env=env)
+    # `-m` puts the working folder first on sys.path: start in `/`, never in a job folder.
+    res = run_followed([sys.executable, "-m", "doctor", "timeline", os.path.abspath(workdir)], timeout, progress,
+                       env=env, cwd="/")
     if res.timed_out:
         return f"(no time breakdown: the trace analysis took longer than {timeout:.0f} s)"
     if res.returncode != 0:
@@ -175,7 +178,7 @@ class LaunchScreen(Screen[None]):
         try:
             spec = self.build_spec()
         except ValueError as exc:
-            self.notify(str(exc), severity="error", markup=False)
+            self.notify(sanitize.shown(exc), severity="error", markup=False)
             return
         self.start_run(spec)
 
@@ -284,7 +287,7 @@ class LaunchScreen(Screen[None]):
         table.update_cell(key, "pid", str(st.pid or ""))
         table.update_cell(key, "step", Text(st.progress_text))  # rank output is text, never markup
         table.update_cell(key, "exit", exit_text)
-        table.update_cell(key, "last", Text(st.last_line[-LAST_LINE_WIDTH:]), update_width=False)
+        table.update_cell(key, "last", Text(sanitize.shown(st.last_line[-LAST_LINE_WIDTH:], one_line=True)), update_width=False)
 
     def flush_log(self) -> None:
         """Move the selected rank's new lines into the log pane, at most a screenful per tick.
@@ -306,7 +309,7 @@ class LaunchScreen(Screen[None]):
             status = self.launcher.statuses()[rank] if self.launcher else None
             where = f" (full log: {status.log_path})" if status and status.log_path else ""
             lines.insert(0, f"… {count(new - take, 'line')} skipped{where}")
-        self.query_one("#rank-log", Log).write_lines(lines)
+        self.query_one("#rank-log", Log).write_lines([sanitize.shown(line, one_line=True) for line in lines])
 
     def update_gpus(self) -> None:
         if self.gpu_monitor is None:
@@ -343,7 +346,7 @@ class LaunchScreen(Screen[None]):
         log = self.query_one("#rank-log", Log)
         log.clear()
         buf = self.buffers.get(rank, deque())
-        log.write_lines(list(buf)[-LOG_MAX_LINES:])
+        log.write_lines([sanitize.shown(line, one_line=True) for line in list(buf)[-LOG_MAX_LINES:]])
         self.shown[rank] = 0
 
     # -- stopping ----------------------------------------------------------------

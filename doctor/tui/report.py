@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from doctor.case import Case
+from doctor.sanitize import shown
 from doctor.tui.tickbox import Tickbox
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class ReportScreen(ModalScreen[Path | None]):
     @on(Input.Submitted, "#report-path")
     def start_write(self) -> None:
         target = Path(self.query_one("#report-path", Input).value).expanduser()
-        self.query_one("#report-status", Static).update(Text(f"writing {target}…"))
+        self.query_one("#report-status", Static).update(Text(shown(f"writing {target}…")))
         self.write_worker(target, self.query_one("#hash-hosts", Tickbox).value)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="report",
@@ -81,9 +82,9 @@ class ReportScreen(ModalScreen[Path | None]):
     def show_result(self, target: Path, code: int, words: str) -> None:
         status = self.query_one("#report-status", Static)
         if code == 2:
-            status.update(Text(words or "could not write the report", style="red"))  # paths are not markup
+            status.update(Text(shown(words or "could not write the report"), style="red"))  # paths are not markup
             return
         self.written = target
-        status.update(Text(words, style="green"))
-        self.app.notify(f"report written: {target}", markup=False)
+        status.update(Text(shown(words), style="green"))
+        self.app.notify(shown(f"report written: {target}"), markup=False)
         self.dismiss(target)  # done: back to where the user was; the notification says where it went

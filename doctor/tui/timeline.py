@@ -12,6 +12,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from doctor.sanitize import shown
+
 
 class TimelineScreen(Screen[None]):
     """The overlap-aware time breakdown of the traces under a folder."""
@@ -26,7 +28,7 @@ class TimelineScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         with VerticalScroll(id="timeline"):
-            yield Static(Text(f"gpu-doctor timeline {self.folder}", style="bold"))
+            yield Static(Text(shown(f"gpu-doctor timeline {self.folder}"), style="bold"))
             yield Static(Text("reading the traces…", style="dim"), id="timeline-text")
         yield Footer()
 
@@ -44,4 +46,4 @@ class TimelineScreen(Screen[None]):
 
     def show(self, text: str) -> None:
         self.text = text
-        self.query_one("#timeline-text", Static).update(Text(text))
+        self.query_one("#timeline-text", Static).update(Text(shown(text)))
