@@ -126,6 +126,27 @@ def test_hostile_verdict_text_is_shown_escaped(tmp_path: Path, templates: fleet_
     out = fleet(str(folder), "--no-sinfo").stdout
     assert "\x1b" not in out and "\x07" not in out
     assert "n1\\x1b]0;owned\\x07" in out and "bad \\x1b[2J news" in out
+    asyncio.run(_hostile_screen(folder))
+
+
+async def _hostile_screen(folder: Path) -> None:
+    from textual.widgets import DataTable
+    from tui_pilot import plain
+
+    from doctor.fleet.analysis import analyse
+    from doctor.fleet.cli import document
+    from doctor.fleet.history import read_verdicts
+    from doctor.tui.fleet import make_fleet_app
+
+    reading = read_verdicts([str(folder)])
+    view = analyse(reading.verdicts)
+    app = make_fleet_app(document(reading, view, [], "[/bold red]", [str(folder)], None, 0.0), view)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await pilot.pause()
+        summary = plain(app.screen.query_one("#fleet-summary"))
+        assert "n1\\x1b]0;owned\\x07" in summary and "[/bold red]" in summary
+        cell = str(app.screen.query_one("#fleet-nodes", DataTable).get_row_at(0)[0])
+        assert cell == "n1\\x1b]0;owned\\x07"
 
 
 def test_hostile_files_are_skipped_by_reason(tmp_path: Path, templates: fleet_util.Templates) -> None:

@@ -20,6 +20,7 @@ from doctor.arguments import Parser, UsageError, print_json, seconds
 from doctor.fleet.analysis import Fleet, analyse, fleet_json
 from doctor.fleet.drains import Drain, read_drains
 from doctor.fleet.history import Reading, read_verdicts
+from doctor.sanitize import shown
 from doctor.wording import count
 
 SCHEMA_VERSION = "1.0"
@@ -58,7 +59,7 @@ def document(reading: Reading, fleet: Fleet, drains: list[Drain], drains_note: s
 
 def _plain(text: str) -> str:
     """One line of what a verdict file said, control characters shown escaped."""
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return shown(text, one_line=True)
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
 from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
@@ -20,26 +19,35 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from doctor.fleet.analysis import Fleet, NodeHistory
 from doctor.model import Status
+from doctor.sanitize import markup, shown
 from doctor.tui.status import status_text
 
 FIXED = ("node", "runs", "failed", "days", "lemon", "now")
 MAX_HISTORY_ROWS = 2000
 
 
+def _m(text: str) -> str:
+    return markup(text, one_line=True)
+
+
+def _t(text: str) -> Text:
+    return Text(shown(text, one_line=True))
+
+
 def _status(word: str) -> Text:
     try:
         return status_text(Status(word))
     except ValueError:
-        return Text(word)
+        return _t(word)
 
 
 def _summary(doc: dict[str, Any]) -> str:
-    now = ", ".join(escape(f["node"]) for f in doc["failing_now"]) or "none"
-    lemons = ", ".join(f"{escape(x['node'])} ({x['score']:g}x)" for x in doc["lemon"]) or "none"
-    flaps = ", ".join(f"{escape(x['node'])} {x['check']}" for x in doc["flapping"]) or "none"
-    exclude = f"--exclude={escape(doc['exclude'])}" if doc["exclude"] else "nothing to exclude"
-    drains = ", ".join(f"{escape(d['node'])} ({d['tag']})" for d in doc["drains"]) or (
-        escape(doc["drains_note"] or "none"))
+    now = ", ".join(_m(f["node"]) for f in doc["failing_now"]) or "none"
+    lemons = ", ".join(f"{_m(x['node'])} ({x['score']:g}x)" for x in doc["lemon"]) or "none"
+    flaps = ", ".join(f"{_m(x['node'])} {_m(x['check'])}" for x in doc["flapping"]) or "none"
+    exclude = f"--exclude={_m(doc['exclude'])}" if doc["exclude"] else "nothing to exclude"
+    drains = ", ".join(f"{_m(d['node'])} ({_m(d['tag'])})" for d in doc["drains"]) or (
+        _m(doc["drains_note"] or "none"))
     return (f"[b]{doc['read']['verdicts']}[/b] verdicts from [b]{len(doc['nodes'])}[/b] nodes   "
             f"[b red]failing now[/]: {now}   [b yellow]lemon[/]: {lemons}\n"
             f"flapping: {flaps}   exclude: [b]{exclude}[/b]   drained in Slurm: {drains}")
@@ -57,8 +65,8 @@ class NodeScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         n = self.node
-        yield Static(Text(f"{n.node}: {len(n.runs)} runs, {len(n.failed)} failed on {n.failed_days} days. "
-                          f"{n.lemon_evidence}"), id="node-summary")
+        yield Static(_t(f"{n.node}: {len(n.runs)} runs, {len(n.failed)} failed on {n.failed_days} days. "
+                        f"{n.lemon_evidence}"), id="node-summary")
         yield DataTable(id="node-runs", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
@@ -67,10 +75,8 @@ class NodeScreen(Screen[None]):
         table.add_columns("start", "job", "status", "checks", "message")
         for v in reversed(self.node.runs[-MAX_HISTORY_ROWS:]):
             bad = [c for c in v.checks if c.status not in ("pass", "skip")]
-            table.add_row(v.start.strftime("%Y-%m-%d %H:%M"), Text(v.job or "-"),
-                          _status(v.status),
-                          Text(", ".join(f"{c.id} {c.status}" for c in bad)),
-                          Text(bad[0].message if bad else ""))
+            table.add_row(v.start.strftime("%Y-%m-%d %H:%M"), _t(v.job or "-"), _status(v.status),
+                          _t(", ".join(f"{c.id} {c.status}" for c in bad)), _t(bad[0].message if bad else ""))
         table.focus()
 
 
@@ -99,7 +105,7 @@ class FleetScreen(Screen[None]):
         for n in self.fleet.nodes:
             by_check = n.failures_by_check()
             now = n.current.status
-            table.add_row(Text(n.node), len(n.runs), len(n.failed), n.failed_days, n.lemon_score,
+            table.add_row(_t(n.node), len(n.runs), len(n.failed), n.failed_days, n.lemon_score,
                           _status(now),
                           *[by_check.get(c, 0) for c in self.checks], key=n.node)
         self._sort()
