@@ -207,10 +207,17 @@ class JobBuilder:
             shells, pys = [], []
         cwd = root or os.getcwd()
         # Pass 1 finds what is sourced or run by another script; those are not jobs of their own.
+        # A script that runs only itself (`bash "$0"`), or one of a pair that run each other, is still a job.
         probe = ShellWalker(root, self.read, [], home, self.exists)
+        refs: dict[str, set[str]] = {}
         for path in shells:
+            before = set(probe.referenced)
+            probe.referenced.clear()
             probe.run_file(path, ShellState(dict(base_env), cwd), 0, "job")
-        tops = [p for p in shells if p not in probe.referenced or p in self.launch_override]
+            refs[path] = set(probe.referenced)
+            probe.referenced |= before
+        tops = [p for p in shells if p in self.launch_override or not any(
+            p in refs[q] and q not in refs.get(p, ()) for q in shells if q != p)]
         tops.sort(key=lambda p: (not _has_sbatch(probe.files.get(p)), p))
         for flow, path in enumerate(tops):
             env = dict(base_env)

@@ -153,6 +153,10 @@ class Links:
             self.notes.append(Note(site.file, f"runs {target.text!r}, outside the job folder; not read", site.line,
                                    "outside"))
             return False
+        if path in self._running:  # `bash ./job.sh` in job.sh: bash starts it again, and again
+            self.notes.append(Note(site.file, f"runs {target.text!r}, which is already running there (it starts "
+                                              "itself again); not followed", site.line, "recursive"))
+            return True
         self.referenced.add(path)
         self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, tuple(wrappers))
         return True
