@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from doctor.model import Evidence
@@ -245,6 +245,7 @@ class Command:
     cwd: str | None = None
     statement_line: int = 0  # the top-level statement of its file it runs in (a loop, an if...)
     shell_refs: tuple[str, ...] = ()  # the script's own unexported variables its words read (`$overrides`)
+    opaque: EnvVar | None = None  # `while read k v; do export "$k=$v"` above: any variable may be set there
 
     def word_at(self, index: int) -> Word | None:
         return self.argv_words[index] if 0 <= index < len(self.argv_words) else None
@@ -267,7 +268,12 @@ class Command:
         return None
 
     def var(self, name: str) -> EnvVar | None:
-        return self.env.get(name)
+        """The variable `name` the command runs with; unknown where the script set names it did not
+        spell (`opaque`): a variable not seen set may have been set there."""
+        var = self.env.get(name)
+        if var is None and self.opaque is not None:
+            return replace(self.opaque, name=name)
+        return var
 
     @property
     def tasks(self) -> int | None:

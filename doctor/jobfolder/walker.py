@@ -264,7 +264,7 @@ class ShellWalker(Links, Branches):
         value_node = node.child_by_field_name("value")
         if name_node is None or name_node.type != "variable_name":
             return None
-        name = src.text_of(name_node)
+        name = ctx.state.refs.get(src.text_of(name_node), src.text_of(name_node))  # `declare -n`
         append = any(c.type == "+=" for c in node.children)
         line = src.line(src.start(node))
         site = Site(src.path, line, src.line_text(line))
@@ -304,9 +304,22 @@ class ShellWalker(Links, Branches):
         head = src.text_of(node.children[0]) if node.children else ""
         opts = [src.text_of(c) for c in node.children if c.type == "word" and src.text_of(c).startswith("-")]
         export = head == "export" or any("x" in o for o in opts if o.startswith("-"))
+        nameref = any("n" in o[1:] for o in opts if o.startswith("-") and not o.startswith("--"))
         for c in named(node):
             if c.type == "command_substitution" and export:
                 self._export_file(c, ctx)
+            elif c.type == "variable_assignment" and nameref:  # `declare -n REF=NAME`: REF=x sets NAME
+                ref, target = c.child_by_field_name("name"), c.child_by_field_name("value")
+                if ref is not None and target is not None:
+                    exp = self._expand(target, ctx, split=False)
+                    line = src.line(src.start(c))
+                    if exp.known and re.fullmatch(r"[A-Za-z_]\w*", exp.value):
+                        ctx.state.refs[src.text_of(ref)] = exp.value
+                    else:
+                        self._opaque(ctx, Site(src.path, line, src.line_text(line)), f"declare -n on line {line}")
+            elif c.type in ("string", "concatenation", "simple_expansion", "expansion", "raw_string", "word") \
+                    and not src.text_of(c).startswith("-"):
+                self._dynamic_assign(c, ctx, export, head)
             elif c.type == "variable_assignment":
                 var = self._assign(c, ctx, export)
                 if var is not None:
@@ -320,6 +333,65 @@ class ShellWalker(Links, Branches):
                 elif export or head == "local":
                     ctx.state.vars[name] = EnvVar(name, "", "", Site(src.path, line, src.line_text(line)),
                                                   export)
+
+    def _dynamic_assign(self, node: Node, ctx: Ctx, export: bool, head: str) -> None:
+        """`export "$k=$v"`, `declare "$line"`: a name spelled by an expansion may be any variable;
+        `export 'X=1'` is X=1."""
+        src = ctx.src
+        line = src.line(src.start(node))
+        site = Site(src.path, line, src.line_text(line))
+        exp = self._expand(node, ctx, split=False)
+        m = re.fullmatch(r"([A-Za-z_]\w*)=(.*)", exp.value, re.S) if exp.known else None
+        if m is not None:
+            old = ctx.state.vars.get(m.group(1))
+            ctx.state.vars[m.group(1)] = EnvVar(m.group(1), m.group(2), src.text_of(node), site,
+                                                export or ctx.state.allexport or (old is not None and old.exported))
+        elif not exp.known:
+            self._opaque(ctx, site, f"{head} {src.text_of(node)} on line {line}")
+
+    def _unknown(self, names: list[str], ctx: Ctx, site: Site, how: str, export: bool = False) -> None:
+        """Variables a builtin sets to what only the running job knows (`read`, `printf -v`, `mapfile`):
+        unknown from here on, never their older value."""
+        for raw in names:
+            name = ctx.state.refs.get(raw, raw)
+            if not re.fullmatch(r"[A-Za-z_]\w*", name):
+                self._opaque(ctx, site, how)
+                continue
+            old = ctx.state.vars.get(name)
+            ctx.state.vars[name] = EnvVar(name, None, f"<{how}>", site,
+                                          export or ctx.state.allexport or (old is not None and old.exported))
+
+    def _opaque(self, ctx: Ctx, site: Site, how: str) -> None:
+        """The script sets variables whose names only the running job knows (`eval "$(...)"`,
+        `export "$k=$v"` in a `while read` loop, `source <(...)`): every variable is unknown from here."""
+        marker = EnvVar("*", None, f"<maybe set by {how}>", site, True)
+        self.notes.append(Note(site.file, f"sets variables only known when the job runs ({how}); values read "
+                                          "after it are unknown", site.line, "unresolved"))
+        ctx.state.opaque = marker
+        for name, var in list(ctx.state.vars.items()):
+            if var.site is not None and var.value is not None:
+                ctx.state.vars[name] = EnvVar(name, None, marker.raw, site, var.exported, varies=var.varies)
+
+    def _eval(self, words: list[Word], ctx: Ctx, site: Site) -> None:
+        """`eval ARGS`: known words are run here as the shell would; else the names it assigns, as written,
+        are unknown (any name, when it runs what a command prints)."""
+        args = words[1:]
+        if not args:
+            return
+        if all(w.known for w in args):
+            code = args[0] if len(args) == 1 else Word(" ".join(w.text for w in args), args[0].span)
+            self.run_string(code, replace(ctx, heredoc=None))
+            return
+        raw = " ".join(ctx.src.text[w.span.start:w.span.end] if w.span.file == ctx.src.path else w.text
+                       for w in args)
+        tool = re.match(r"""\s*["']?\$\(\s*(\S+)""", raw)
+        if tool and argvmod.base(tool.group(1)) in ENV_TOOLS:  # `eval "$(conda shell.bash hook)"`
+            return
+        names = _ASSIGNED.findall(raw)
+        if names:
+            self._unknown(names, ctx, site, f"eval on line {site.line}", export="export" in raw)
+        if re.match(r"""\s*["']?[$`]""", raw) or re.search(r"""[;&|]\s*["']?[$`]""", raw) or not names:
+            self._opaque(ctx, site, f"eval on line {site.line}")
 
     # -- simple commands --------------------------------------------------
     def _command(self, node: Node, ctx: Ctx, extra_end: int | None = None) -> None:
@@ -402,7 +474,8 @@ class ShellWalker(Links, Branches):
             words=tuple(word_lines), end_line=end_line, argv_words=tuple(words), span=src.span(start, end),
             parent=ctx.state.parent, cwd=ctx.state.cwd,
             statement_line=ctx.top[1] if ctx.top is not None and ctx.top[0] == src.path else line,
-            shell_refs=tuple(dict.fromkeys(n for n in refs if n in ctx.state.vars and not ctx.state.vars[n].exported)))
+            shell_refs=tuple(dict.fromkeys(n for n in refs if n in ctx.state.vars and not ctx.state.vars[n].exported)),
+            opaque=ctx.state.opaque)
         self.commands.append(cmd)
         if launch is not None and launch.spawner is not None and launch.spawner.no_python and launch.inner is None:
             self._workers(cmd, rest_words, launch, ctx)
@@ -454,7 +527,23 @@ class ShellWalker(Links, Branches):
                 ctx.state.args = None
             return True
         if head in ("source", ".") and len(argv) > 1:
+            if argv[1].startswith(("<(", "/dev/stdin", "/dev/fd/")) or words[1].text.startswith("<("):
+                self._opaque(ctx, site, f"{head} {argv[1]} on line {site.line}")  # `source <(...)`
+                return True
             self._source(words[1], words[2:], ctx, site)
+            return True
+        if head == "eval":
+            self._eval(words, ctx, site)
+            return True
+        if head == "read":
+            self._unknown(_read_names(argv), ctx, site, f"read on line {site.line}")
+            return True
+        if head in ("mapfile", "readarray"):
+            names = [a for a in argv[1:] if not a.startswith("-")]
+            self._unknown(names[-1:] or ["MAPFILE"], ctx, site, f"{head} on line {site.line}")
+            return True
+        if head == "printf" and len(argv) > 2 and argv[1] == "-v":
+            self._printf_v(words, ctx, site)
             return True
         if head == "cd" and len(argv) > 1:
             if words[1].known:
@@ -467,6 +556,50 @@ class ShellWalker(Links, Branches):
                     self.files[ctx.src.path] = replace(f, module_loads=f.module_loads + (site,))
             return False
         return False
+
+    def _printf_v(self, words: list[Word], ctx: Ctx, site: Site) -> None:
+        """`printf -v NAME FORMAT ARGS`: the value when FORMAT is %s/%d and every word is known, else unknown."""
+        name = ctx.state.refs.get(words[2].text, words[2].text)
+        fmt, args = (words[3], words[4:]) if len(words) > 3 else (None, [])
+        value = None
+        if fmt is not None and words[2].known and fmt.known and all(a.known for a in args):
+            specs = re.findall(r"%[sdi]", fmt.text)
+            if len(specs) == len(args) and "%" not in re.sub(r"%[sdi]|%%", "", fmt.text) and "\\" not in fmt.text:
+                parts = re.split(r"%[sdi]", fmt.text)
+                value = parts[0] + "".join(a.text + p for a, p in zip(args, parts[1:], strict=True))
+                value = value.replace("%%", "%")
+        if value is None or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            self._unknown([name], ctx, site, f"printf -v on line {site.line}")
+            return
+        old = ctx.state.vars.get(name)
+        ctx.state.vars[name] = EnvVar(name, value, fmt.text if fmt is not None else value, site,
+                                      ctx.state.allexport or (old is not None and old.exported))
+
+
+# what `eval "$(TOOL ...)"` runs to set up its own tool, never Score-P's or the launch's variables
+ENV_TOOLS = {"conda", "mamba", "micromamba", "pyenv", "rbenv", "ssh-agent", "spack", "brew", "luarocks"}
+_ASSIGNED = re.compile(r"(?<![\w$])([A-Za-z_]\w*)\+?=")
+_READ_VALUE_OPTS = {"-a", "-d", "-i", "-n", "-N", "-p", "-t", "-u"}
+
+
+def _read_names(argv: list[str]) -> list[str]:
+    """The variables `read [-r] [-p PROMPT] ... NAME...` sets (REPLY without a name)."""
+    names: list[str] = []
+    k = 1
+    while k < len(argv):
+        a = argv[k]
+        if a in _READ_VALUE_OPTS:
+            if a == "-a" and k + 1 < len(argv):
+                names.append(argv[k + 1])
+            k += 2
+            continue
+        if a.startswith("-") and len(a) > 1:
+            k += 1
+            continue
+        names.append(a)
+        k += 1
+    return names or ["REPLY"]
+
 
 def _inside_quotes(src: Source, node: Node) -> Span:
     """The span of a value as written, inside its quotes when the whole value is one quoted string."""
