@@ -53,6 +53,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     # the per-task script the job writes with `cat > task.sh <<'EOF'` and runs with srun
     "heredoc_wrapper": {"SCP005": {("job.sh", 22)}},
     "dotenv_export": {"SCP003": {("scorep.env", 3)}},  # export $(grep -v '^#' scorep.env | xargs)
+    # `while [ $rank -lt $ngpus ]; do ... & rank=$((rank+1)); done`: per rank, as the `for` loop
+    "perrank_while": {"SCP006": {("run_ranks.sh", 20)}},
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
@@ -84,6 +86,7 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     # mpirun on the job script's own line: the batch shell would expand a per-rank value once, so
     # each task's own shell names its folder
     "mpirun_direct": [("job.sh", "-x MASTER_PORT=29555 " + MPI_TASK_PREFIX + "python -m scorep --cuda train_mpi.py\n")],
+    "perrank_while": [("run_ranks.sh", "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${rank} \\\n")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}

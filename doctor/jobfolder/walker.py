@@ -22,7 +22,7 @@ from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.branches import Branches, clause_parts
 from doctor.jobfolder.expand import RANK_VARS, Expander, Expansion, sub_span
 from doctor.jobfolder.links import MAX_DEPTH, Links
-from doctor.jobfolder.loops import cfor_count, items_count, words_of
+from doctor.jobfolder.loops import cfor_count, counter_loop, items_count, words_of
 from doctor.jobfolder.model import (
     TASK_WRAPPERS,
     Command,
@@ -213,13 +213,23 @@ class ShellWalker(Links, Branches):
             self.walk(body, replace(ctx, loop=loop))
 
     def _while(self, node: Node, ctx: Ctx) -> None:
+        """`while`/`until`; a counter loop (`while [ $rank -lt $N ]; do ...; rank=$((rank+1)); done`) is
+        read as the `for ((...))` it spells: its variable differs per iteration, N - start of them."""
         src = ctx.src
         line = src.line(src.start(node))
-        loop = Loop(None, None, Site(src.path, line, src.line_text(line)),
-                    "until" if node.children and node.children[0].type == "until" else "while")
-        inner = replace(ctx, loop=loop)
+        site = Site(src.path, line, src.line_text(line))
+        kind = "until" if node.children and node.children[0].type == "until" else "while"
         body = node.child_by_field_name("body")
-        for c in node.children_by_field_name("condition"):
+        conds = node.children_by_field_name("condition")
+        counter = counter_loop(" ".join(src.text_of(c) for c in conds), src.text_of(body) if body else "",
+                               ctx.state.vars.get) if kind == "while" else None
+        loop = Loop(counter[0] if counter else None, counter[1] if counter else None, site, kind)
+        inner = replace(ctx, loop=loop)
+        if counter:
+            ctx.state.vars[counter[0]] = EnvVar(counter[0], None, f"<loop {line}>", site,
+                                                exported=bool((old := ctx.state.vars.get(counter[0])) and old.exported),
+                                                varies=True)
+        for c in conds:
             self.walk(c, replace(inner, condition=True))
         if body is not None:
             self.walk(body, inner)
