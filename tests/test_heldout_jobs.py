@@ -55,6 +55,10 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "dotenv_export": {"SCP003": {("scorep.env", 3)}},  # export $(grep -v '^#' scorep.env | xargs)
     # `while [ $rank -lt $ngpus ]; do ... & rank=$((rank+1)); done`: per rank, as the `for` loop
     "perrank_while": {"SCP006": {("run_ranks.sh", 20)}},
+    # `module use "$SLURM_SUBMIT_DIR/modulefiles"; module load scorep-job`: Lmod's setenv("...", "8G")
+    "modulefile_lua": {"SCP003": {("modulefiles/scorep-job/1.0.lua", 6)}},
+    # MODULEPATH=$PWD/modules:...; `ml profiling` loads the highest version, a Tcl `setenv`
+    "modulefile_tcl": {"SCP003": {("modules/profiling/2.1", 10)}},
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
@@ -87,6 +91,9 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     # each task's own shell names its folder
     "mpirun_direct": [("job.sh", "-x MASTER_PORT=29555 " + MPI_TASK_PREFIX + "python -m scorep --cuda train_mpi.py\n")],
     "perrank_while": [("run_ranks.sh", "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${rank} \\\n")],
+    "modulefile_lua": [("modulefiles/scorep-job/1.0.lua", 'setenv("SCOREP_TOTAL_MEMORY", "3500M")\n')],
+    "modulefile_tcl": [("modules/profiling/2.1", "setenv SCOREP_TOTAL_MEMORY 3500M\n"),
+                       ("modules/profiling/1.0", "setenv SCOREP_TOTAL_MEMORY 2G\n")],  # not loaded: untouched
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from doctor.jobfolder import argv as argvmod
+from doctor.jobfolder import modulefiles
 from doctor.jobfolder.branches import Branches, clause_parts
 from doctor.jobfolder.expand import RANK_VARS, Expander, Expansion, sub_span
 from doctor.jobfolder.links import MAX_DEPTH, Links
@@ -37,6 +38,7 @@ from doctor.jobfolder.model import (
     Wrapper,
 )
 from doctor.jobfolder.reading import Source as FileSource
+from doctor.jobfolder.reading import inside
 from doctor.jobfolder.recovery import STATEMENTS, chunks
 from doctor.jobfolder.sbatch import sbatch_options
 from doctor.jobfolder.state import Ctx, ShellState
@@ -564,8 +566,58 @@ class ShellWalker(Links, Branches):
                 f = self.files.get(ctx.src.path)
                 if f is not None:
                     self.files[ctx.src.path] = replace(f, module_loads=f.module_loads + (site,))
+            self._module(argv, words, ctx, site)
             return False
         return False
+
+    def _module(self, argv: list[str], words: list[Word], ctx: Ctx, site: Site) -> None:
+        """`module use DIR` (MODULEPATH), `module load NAME` / `ml NAME` of a modulefile in the job
+        folder: the variables it sets, each where its modulefile sets it."""
+        sub = argv[1] if len(argv) > 1 else ""
+        args = [a for a in argv[2:] if not a.startswith("-")]
+        if sub == "use":
+            dirs = [os.path.normpath(os.path.join(ctx.state.cwd, a)) for a in args]
+            old = ctx.state.vars.get("MODULEPATH")
+            rest = [old.value] if old is not None and old.value else []
+            value = ":".join(rest + dirs if {"-a", "--append"} & set(argv) else dirs + rest)
+            ctx.state.vars["MODULEPATH"] = EnvVar("MODULEPATH", value, value, site, True)
+            return
+        if argv[0] == "ml" and sub not in ("load", "add", "try-load"):
+            names = [a for a in argv[1:] if not a.startswith("-")] if sub not in _ML_COMMANDS else []
+        else:
+            names = args if sub in ("load", "add", "try-load", "try-add") else []
+        if not names or self.root is None:
+            return
+        dirs = [d for d in self._module_dirs(ctx) if inside(d, self.root)]
+        for name in names:
+            path = modulefiles.find(name, dirs)
+            if path is None:
+                continue
+            src = self.read(path)
+            if src.text is None:
+                self.notes.append(Note(site.file, f"loads module {name!r} from {path}, which cannot be read: "
+                                                  f"{src.problem}", site.line, "unresolved"))
+                continue
+            self.referenced.add(path)
+            for m in modulefiles.settings(path, src.text):
+                ctx.state.vars[m.name] = EnvVar(m.name, m.value, m.value, Site(path, m.line, m.text), True,
+                                                pieces=(Piece(m.value, m.span),), span=m.span)
+
+    def _module_dirs(self, ctx: Ctx) -> list[str]:
+        """MODULEPATH's folders as the script set it (`$PWD/modulefiles:$MODULEPATH` with $PWD known)."""
+        var = ctx.state.vars.get("MODULEPATH")
+        if var is None:
+            return []
+        text = var.value if var.value is not None else var.raw.strip("\"'")
+        out = []
+        for part in text.split(":"):
+            for name in ("PWD", "SLURM_SUBMIT_DIR", "HOME"):
+                known = ctx.state.vars.get(name)
+                if known is not None and known.value is not None:
+                    part = part.replace("${" + name + "}", known.value).replace("$" + name, known.value)
+            if part and "$" not in part:
+                out.append(os.path.normpath(os.path.join(ctx.state.cwd, part)))
+        return out
 
     def _printf_v(self, words: list[Word], ctx: Ctx, site: Site) -> None:
         """`printf -v NAME FORMAT ARGS`: the value when FORMAT is %s/%d and every word is known, else unknown."""
@@ -586,6 +638,8 @@ class ShellWalker(Links, Branches):
                                       ctx.state.allexport or (old is not None and old.exported))
 
 
+_ML_COMMANDS = {"use", "unuse", "unload", "purge", "list", "avail", "spider", "save", "restore", "show", "help",
+                "swap", "reset", "keyword", "whatis", "rm", "del"}
 # what `eval "$(TOOL ...)"` runs to set up its own tool, never Score-P's or the launch's variables
 ENV_TOOLS = {"conda", "mamba", "micromamba", "pyenv", "rbenv", "ssh-agent", "spack", "brew", "luarocks"}
 _ASSIGNED = re.compile(r"(?<![\w$])([A-Za-z_]\w*)\+?=")
