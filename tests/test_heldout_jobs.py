@@ -59,6 +59,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "modulefile_lua": {"SCP003": {("modulefiles/scorep-job/1.0.lua", 6)}},
     # MODULEPATH=$PWD/modules:...; `ml profiling` loads the highest version, a Tcl `setenv`
     "modulefile_tcl": {"SCP003": {("modules/profiling/2.1", 10)}},
+    # `srun $SRUN_ARGS bash -c "$CMD"`: the options known at run time, the command string read as a command
+    "srun_args_bash_c": {"SCP005": {("job.sbatch", 16)}},
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
@@ -94,6 +96,7 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "modulefile_lua": [("modulefiles/scorep-job/1.0.lua", 'setenv("SCOREP_TOTAL_MEMORY", "3500M")\n')],
     "modulefile_tcl": [("modules/profiling/2.1", "setenv SCOREP_TOTAL_MEMORY 3500M\n"),
                        ("modules/profiling/1.0", "setenv SCOREP_TOTAL_MEMORY 2G\n")],  # not loaded: untouched
+    "srun_args_bash_c": [("job.sbatch", "python -m scorep --cuda train.py --epochs 1'\n")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}

@@ -160,10 +160,12 @@ def _slurm_export(text: str, word: int, offset: int) -> list[tuple[str, ...]]:
     return ops
 
 
-def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tuple[str, ...]]]:
+def strip_wrappers(argv: list[str], unknown: frozenset[int] = frozenset()
+                   ) -> tuple[list[Wrapper], list[str], list[tuple[str, ...]]]:
     """Peel srun/mpirun/timeout/env/nsys/apptainer/conda-run... off a command line.
 
-    Returns the wrappers, the command they run, and the environment operations of `env`,
+    A word at `unknown` (known only at run time) where a task launcher's options end is read as
+    more of its options. Returns the wrappers, the command they run, and the environment operations of `env`,
     `srun --export=` and `mpirun -x`/`-genv`: ('set', NAME, VALUE, argv index, start, end) (the
     value is argv[index][start:end]), ('unset', NAME), ('clear',), ('keep', NAME) (after a clear).
     """
@@ -176,6 +178,9 @@ def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tupl
         if name in TASK_LAUNCHERS:
             value_opts = _SRUN_VALUE if name == "srun" else _MPIRUN_VALUE
             i, seen = _skip_options(argv, i + 1, value_opts, MPICH_ENV_OPTS)
+            while i in unknown and i + 1 < len(argv):  # `srun $SRUN_ARGS bash -c ...`: options known at run time
+                i, more = _skip_options(argv, i + 1, value_opts, MPICH_ENV_OPTS)
+                seen.update(more)
             env_ops.extend(launcher_env(name, argv, start + 1, i))
             tasks = None
             for key in ("-n", "--ntasks", "-np", "--np"):

@@ -439,8 +439,20 @@ class ShellWalker(Links, Branches):
         if not words[0].known:
             self.notes.append(Note(src.path, f"runs {src.text_of(word_nodes[0])!r}, which is only known when the "
                                              "job runs; not followed", line, "unresolved"))
-        wrappers, rest, env_ops = argvmod.strip_wrappers(argv)
+        unknown = frozenset(k for k, w in enumerate(words) if k and not w.known)
+        wrappers, rest, env_ops = argvmod.strip_wrappers(argv, unknown)
         first = len(argv) - len(rest)
+        pos = 0
+        for w in wrappers:
+            for k in range(pos + 1, pos + len(w.argv)):
+                if k in unknown:
+                    self.notes.append(Note(src.path, f"{w.name} gets {src.text_of(word_nodes[k]) if k < len(word_nodes) else argv[k]!r}, "
+                                                     f"which is only known when the job runs; read as {w.name}'s "
+                                                     "options", line, "unresolved"))
+            pos += len(w.argv)
+        if rest and first and not words[first].known:
+            self.notes.append(Note(src.path, f"runs {rest[0]!r}, which is only known when the job runs; not "
+                                             "followed", line, "unresolved"))
         rest_words = words[first:]
         wrappers = list(ctx.wrappers) + wrappers
         env = {k: v for k, v in ctx.state.vars.items() if v.exported}
