@@ -61,6 +61,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "modulefile_tcl": {"SCP003": {("modules/profiling/2.1", 10)}},
     # `srun $SRUN_ARGS bash -c "$CMD"`: the options known at run time, the command string read as a command
     "srun_args_bash_c": {"SCP005": {("job.sbatch", 16)}},
+    # scripts/train.sbatch runs `python -m scorep --cuda train.py --config ../resources/ddp.json`: from scripts/
+    "subdir_relative": {"SCR002": {("scripts/train.py", 20)}},
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "

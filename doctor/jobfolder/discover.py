@@ -223,7 +223,11 @@ class JobBuilder:
             env = dict(base_env)
             loaded = probe.files.get(path)
             env.update(sbatch_exports(loaded.sbatch if loaded else ()))
-            walker.run_file(path, ShellState(env, cwd), flow, "job")
+            start = self._start_dir(path, probe.commands, cwd)
+            if start != cwd:
+                env["PWD"] = EnvVar("PWD", start, start)
+                env["SLURM_SUBMIT_DIR"] = EnvVar("SLURM_SUBMIT_DIR", start, start)
+            walker.run_file(path, ShellState(env, start), flow, "job")
         commands = self._relink([self._link(c) for c in walker.commands], walker.commands)
         self._entries(commands, pys)
         trainer_args = self._trainer_args(commands, cwd)
@@ -232,6 +236,28 @@ class JobBuilder:
                                                                 "snippet": 3}.get(s.role, 4), s.path))
         return Job(root, tuple(walker.files.values()), tuple(commands), tuple(ordered), tuple(trainer_args),
                    tuple(self.notes), env, python)
+
+    def _start_dir(self, path: str, probed: list[Command], cwd: str) -> str:
+        """The folder a job script in a sub-folder is run from: its own, where the program it starts
+        by a relative path (`python train.py`) is there and not in the job folder (the repository runs
+        `cd scripts && sbatch train.sbatch`, its `../resources` paths say so); else the job folder."""
+        here = os.path.dirname(path)
+        if self.root is None or here == cwd:
+            return cwd
+        for c in probed:
+            launch = c.launch
+            while launch is not None and launch.inner is not None:
+                launch = launch.inner
+            target = launch.target if launch is not None and launch.kind == "script" else None
+            if (c.site.file != path or c.cwd != cwd or not target or os.path.isabs(target) or "$" in target
+                    or self.exists(os.path.join(cwd, target))):
+                continue
+            if self.exists(os.path.join(here, target)):
+                rel = os.path.relpath(path, self.root)
+                self.notes.append(Note(path, f"read as run from its own folder ({os.path.dirname(rel)}/): {target} is "
+                                             "there, not in the job folder", c.site.line, "assumed"))
+                return here
+        return cwd
 
     @staticmethod
     def _relink(linked: list[Command], walked: list[Command]) -> list[Command]:
@@ -307,7 +333,7 @@ class JobBuilder:
                 launch = launch.inner
             if launch is None or not launch.training_target or launch.kind in ("code", "stdin"):
                 continue
-            ta = trainer.from_command(cmd, launch.training_script, launch.training_args, cwd,
+            ta = trainer.from_command(cmd, launch.training_script, launch.training_args, cmd.cwd or cwd,
                                       self.read_text, note)
             if ta is not None:
                 out.append(ta)
