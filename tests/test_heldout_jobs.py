@@ -63,6 +63,10 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "srun_args_bash_c": {"SCP005": {("job.sbatch", 16)}},
     # scripts/train.sbatch runs `python -m scorep --cuda train.py --config ../resources/ddp.json`: from scripts/
     "subdir_relative": {"SCR002": {("scripts/train.py", 20)}},
+    # container wrappers: the command inside is the launch
+    "container_shifter": {"SCP005": {("job.sh", 15)}},  # srun shifter --image=... --module=gpu bash -c '...'
+    "container_singularity": {"SCP002": {("run.slurm", 13), ("run.slurm", 8)}},  # singularity exec --nv IMG
+    "container_apptainer": {"SCP003": {("job.sbatch", 10)}},  # apptainer exec --env SCOREP_TOTAL_MEMORY=8G
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
@@ -99,6 +103,9 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "modulefile_tcl": [("modules/profiling/2.1", "setenv SCOREP_TOTAL_MEMORY 3500M\n"),
                        ("modules/profiling/1.0", "setenv SCOREP_TOTAL_MEMORY 2G\n")],  # not loaded: untouched
     "srun_args_bash_c": [("job.sbatch", "python -m scorep --cuda train.py --epochs 1'\n")],
+    "container_shifter": [("job.sh", "exec python -m scorep --cuda train.py --epochs 1'\n")],
+    "container_singularity": [("run.slurm", "exec python -m scorep --cuda --thread=pthread train.py --epochs 1'\n")],
+    "container_apptainer": [("job.sbatch", "--env SCOREP_TOTAL_MEMORY=3500M --bind /scratch pytorch.sif")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}

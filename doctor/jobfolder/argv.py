@@ -224,10 +224,10 @@ def strip_wrappers(argv: list[str], unknown: frozenset[int] = frozenset()
                 i += 1
             i, _ = _skip_options(argv, i, _NSYS_VALUE)
             wrappers.append(Wrapper(name, tuple(argv[start:i])))
-        elif name in ("apptainer", "singularity") and i + 1 < len(argv) and argv[i + 1] in ("exec", "run"):
-            i, _ = _skip_options(argv, i + 2, {"-B", "--bind", "--env", "--home", "-H", "-W", "--workdir",
-                                                "--overlay", "-o"})
-            i += 1  # the image
+        elif (name in CONTAINERS and (CONTAINERS[name][0] is None or argv[i + 1:i + 2] == [CONTAINERS[name][0]])
+              and i + 1 < len(argv)):
+            i, ops = _container(name, argv, i)
+            env_ops.extend(ops)
             wrappers.append(Wrapper(name, tuple(argv[start:i])))
         elif name in RUN_TOOLS and i + 1 < len(argv) and argv[i + 1] == "run":
             i, _ = _skip_options(argv, i + 2, {"-n", "--name", "-p", "--prefix", "--with", "--python",
@@ -243,6 +243,53 @@ def strip_wrappers(argv: list[str], unknown: frozenset[int] = frozenset()
         else:
             break
     return wrappers, argv[i:], env_ops
+
+
+# Container wrappers: (the subcommand that runs a command, or None; options taking a value; whether
+# the image comes after the options); `-e NAME=value` / `--env NAME=value` set a variable inside.
+CONTAINERS: dict[str, tuple[str | None, frozenset[str], bool]] = {
+    "apptainer": ("exec", frozenset({"-B", "--bind", "--env", "--home", "-H", "-W", "--workdir", "--overlay", "-o",
+                                     "--pwd", "--env-file", "--mount", "--security", "--network", "--app",
+                                     "--scratch", "-S", "--fusemount"}), True),
+    "shifter": (None, frozenset({"--image", "-i", "--volume", "-V", "--module", "-m", "--env", "-e",
+                                 "--env-file", "--workdir", "-w"}), False),
+    "enroot": ("start", frozenset({"-m", "--mount", "-e", "--env", "-c", "--conf"}), True),
+    "podman": ("run", frozenset({"-e", "--env", "-v", "--volume", "-w", "--workdir", "--name", "--gpus",
+                                 "--device", "--ipc", "--network", "--net", "-u", "--user", "--env-file",
+                                 "--entrypoint", "--shm-size", "--mount", "--runtime", "--security-opt"}), True),
+}
+CONTAINERS["singularity"] = CONTAINERS["apptainer"]
+CONTAINERS["docker"] = CONTAINERS["podman"]
+_CONTAINER_ENV = {"--env", "-e"}
+_CONTAINER_CLEAN = {"--cleanenv", "--containall", "-C"}
+
+
+def _container(name: str, argv: list[str], i: int) -> tuple[int, list[tuple[str, ...]]]:
+    """Past `apptainer exec [options] IMAGE` / `shifter [options]` / `docker run [options] IMAGE`:
+    (index of the command it runs, the environment it gives that command)."""
+    sub, value_opts, image = CONTAINERS[name]
+    k = i + (2 if sub else 1)
+    ops: list[tuple[str, ...]] = []
+    while k < len(argv) and argv[k].startswith("-") and argv[k] != "-":
+        a = argv[k]
+        if a == "--":
+            k += 1
+            break
+        key, eq, value = a.partition("=")
+        if key in _CONTAINER_ENV and not (name in ("apptainer", "singularity") and key == "-e"):
+            word, text, offset = (k, value, len(key) + 1) if eq else (k + 1, argv[k + 1] if k + 1 < len(argv) else "", 0)
+            m = re.match(r"([A-Za-z_]\w*)=", text)
+            if m:
+                ops.append(("set", m.group(1), text[m.end():], str(word), str(offset + m.end()),
+                            str(offset + len(text))))
+            k = word + 1
+            continue
+        if a in _CONTAINER_CLEAN or (name in ("apptainer", "singularity") and a == "-e"):
+            ops.append(("clear",))
+        k += 1 if eq or a not in value_opts else 2
+    if image and k < len(argv):
+        k += 1  # the image
+    return k, ops
 
 
 def parse_scorep(args: list[str]) -> tuple[ScorepWrap, list[str]]:
