@@ -67,6 +67,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "container_shifter": {"SCP005": {("job.sh", 15)}},  # srun shifter --image=... --module=gpu bash -c '...'
     "container_singularity": {"SCP002": {("run.slurm", 13), ("run.slurm", 8)}},  # singularity exec --nv IMG
     "container_apptainer": {"SCP003": {("job.sbatch", 10)}},  # apptainer exec --env SCOREP_TOTAL_MEMORY=8G
+    # `load_best_model_at_end: bool = field(default=True)` in a TrainingArguments subclass, eval "no" by default
+    "trainer_dataclass_default": {"TRN001": {("run_clm.py", 17), ("train.sh", 7)}},
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
@@ -106,6 +108,7 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "container_shifter": [("job.sh", "exec python -m scorep --cuda train.py --epochs 1'\n")],
     "container_singularity": [("run.slurm", "exec python -m scorep --cuda --thread=pthread train.py --epochs 1'\n")],
     "container_apptainer": [("job.sbatch", "--env SCOREP_TOTAL_MEMORY=3500M --bind /scratch pytorch.sif")],
+    "trainer_dataclass_default": [("run_clm.py", "load_best_model_at_end: bool = field(default=False, metadata=")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}

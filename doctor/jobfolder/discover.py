@@ -24,6 +24,7 @@ from doctor.jobfolder.model import (
     EnvVar,
     ImportSite,
     Job,
+    KwCall,
     Launch,
     Note,
     PyScript,
@@ -335,6 +336,11 @@ class JobBuilder:
                 continue
             ta = trainer.from_command(cmd, launch.training_script, launch.training_args, cmd.cwd or cwd,
                                       self.read_text, note)
+            defaults = self._class_defaults(launch.training_script)
+            if defaults:  # `class Args(TrainingArguments)`: its defaults, where the command line says nothing
+                ta = ta or TrainerArgs("cli", launch.training_script, {}, cmd.site, cmd)
+                values = {k: v for d in defaults.values() for k, v in trainer.from_code(d, d.site.file).values.items()}
+                ta = replace(ta, values={**values, **ta.values})
             if ta is not None:
                 out.append(ta)
         for script in list(self.scripts.values()):
@@ -344,7 +350,26 @@ class JobBuilder:
                 key = (call.site.file, call.site.line)
                 if key not in seen:
                     seen.add(key)
-                    out.append(trainer.from_code(call, script.path))
+                    found = trainer.from_code(call, script.path)
+                    cls = self._class_defaults(script.path).get(call.name)
+                    if cls is not None:  # `MyArguments(...)`: the class's defaults under its keywords
+                        found = replace(found, values={**trainer.from_code(cls, script.path).values, **found.values})
+                    out.append(found)
+        return out
+
+    def _class_defaults(self, path: str | None) -> dict[str, KwCall]:
+        """The TrainingArguments subclasses `path` and the local modules it imports define, by name."""
+        out: dict[str, KwCall] = {}
+        todo = [path] if path else []
+        done: set[str] = set()
+        while todo:
+            cur = self.scripts.get(todo.pop())
+            if cur is None or cur.path in done:
+                continue
+            done.add(cur.path)
+            for cls in cur.training_defaults:
+                out.setdefault(cls.name, cls)
+            todo.extend(t for t, _, _ in cur.local_imports)
         return out
 
     @staticmethod

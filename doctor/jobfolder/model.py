@@ -400,6 +400,7 @@ class PyScript:
     torchrun_main: Site | None = None
     main_guard: bool = False
     snippet_of: Site | None = None  # for role == snippet: the shell command it came from
+    training_defaults: tuple[KwCall, ...] = ()  # `class Args(TrainingArguments)`: its fields' defaults
 
     @property
     def ok(self) -> bool:

@@ -92,7 +92,8 @@ class _Scan(ast.NodeVisitor):
         self.trainer_names: set[str] = set()
         self.r: dict[str, Any] = {k: [] for k in (
             "imports", "scorep_imports", "init_pg", "destroy_pg", "ddp_wrap", "trainer_train", "hf_parser",
-            "training_args", "self_waits", "cuda_asserts", "cuda_ops", "profilers")}
+            "training_args", "self_waits", "cuda_asserts", "cuda_ops", "profilers", "training_defaults")}
+        self.args_classes: set[str] = set()  # TrainingArguments subclasses defined here
         self.r["uses_hf"] = False
         self.r["torchrun_main"] = None
         self.r["main_guard"] = False
@@ -195,6 +196,10 @@ class _Scan(ast.NodeVisitor):
         self.scopes.pop()
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        bases = [(self.qual(b) or "").rsplit(".", 1)[-1] for b in node.bases]
+        if any(b.endswith(TRAINING_ARGS_SUFFIXES) or b in self.args_classes for b in bases):
+            self.args_classes.add(node.name)
+            self._training_defaults(node)
         self.scopes.append(("class", node))
         self.generic_visit(node)
         self.scopes.pop()
@@ -303,6 +308,27 @@ class _Scan(ast.NodeVisitor):
             sites[kw.arg] = self.site(kw.value)
         self.add("training_args", KwCall(self.site(node), q.rsplit(".", 1)[-1], kwargs, sites, star))
 
+    def _training_defaults(self, node: ast.ClassDef) -> None:
+        """`class Args(TrainingArguments)` fields: `load_best_model_at_end: bool = field(default=True)`,
+        `save_strategy: str = "epoch"`: the defaults a run gets without the flag."""
+        kwargs: dict[str, Any] = {}
+        sites: dict[str, Site] = {}
+        for stmt in node.body:
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None):
+                continue
+            value: ast.expr | None = stmt.value
+            if isinstance(value, ast.Call) and (self.qual(value.func) or "").rsplit(".", 1)[-1] == "field":
+                value = next((k.value for k in value.keywords if k.arg == "default"), None)
+            if value is None:
+                continue
+            try:
+                kwargs[stmt.target.id] = ast.literal_eval(value)
+            except (ValueError, SyntaxError, TypeError, RecursionError):
+                kwargs[stmt.target.id] = UNKNOWN
+            sites[stmt.target.id] = self.site(stmt)
+        if kwargs:
+            self.add("training_defaults", KwCall(self.site(node), node.name, kwargs, sites))
+
     # -- readiness tests and streams --------------------------------------
     def _mentions_is_available(self, node: ast.AST) -> bool:
         return any(isinstance(n, ast.Call) and (self.qual(n.func) or "").endswith("cuda.is_available")
@@ -397,4 +423,4 @@ def analyse(path: str, text: str, role: str, *, line_offset: int = 0, origin: Si
         tuple(r["init_pg"]), tuple(r["destroy_pg"]), tuple(r["ddp_wrap"]), tuple(r["trainer_train"]),
         bool(r["uses_hf"]), tuple(r["hf_parser"]), tuple(r["training_args"]), tuple(r["self_waits"]),
         tuple(r["cuda_asserts"]), tuple(r["cuda_ops"]), tuple(r["profilers"]), r["torchrun_main"],
-        bool(r["main_guard"]), snippet_of)
+        bool(r["main_guard"]), snippet_of, training_defaults=tuple(r["training_defaults"]))
