@@ -69,6 +69,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "container_apptainer": {"SCP003": {("job.sbatch", 10)}},  # apptainer exec --env SCOREP_TOTAL_MEMORY=8G
     # `load_best_model_at_end: bool = field(default=True)` in a TrainingArguments subclass, eval "no" by default
     "trainer_dataclass_default": {"TRN001": {("run_clm.py", 17), ("train.sh", 7)}},
+    # the warm-up loop's `python3 -c '...; sys.exit(0 if torch.cuda.is_available() else 1)'` never warms up
+    "readiness_python_c": {"SCR004": {("job.sbatch", 13)}, "LNC002": {("job.sbatch", 13), ("job.sbatch", 21)}},
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
@@ -109,6 +111,7 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "container_singularity": [("run.slurm", "exec python -m scorep --cuda --thread=pthread train.py --epochs 1'\n")],
     "container_apptainer": [("job.sbatch", "--env SCOREP_TOTAL_MEMORY=3500M --bind /scratch pytorch.sif")],
     "trainer_dataclass_default": [("run_clm.py", "load_best_model_at_end: bool = field(default=False, metadata=")],
+    "readiness_python_c": [("job.sbatch", "if python3 -c 'import sys, torch; torch.zeros(1).cuda()'; then\n")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}

@@ -34,6 +34,7 @@ from doctor.jobfolder.model import (
 STREAM_CONTEXTS = {"torch.cuda.stream", "torch.cuda.StreamContext", "torch.cuda.streams.StreamContext"}
 CURRENT_STREAM = {"torch.cuda.current_stream"}
 TORCHRUN_MAINS = {"torch.distributed.run.main", "torch.distributed.launch.main", "torch.distributed.run.run"}
+EXITS = ("sys.exit", "exit", "quit", "os._exit", "SystemExit")
 TRAINING_ARGS_SUFFIXES = ("TrainingArguments", "SFTConfig", "DPOConfig", "GRPOConfig", "RewardConfig")
 CUDA_INIT_CALLS = {"torch.cuda.init", "torch.cuda.synchronize", "torch.cuda.mem_get_info",
                    "torch.cuda.current_device", "torch.cuda.set_device", "torch.empty_like"}
@@ -94,6 +95,7 @@ class _Scan(ast.NodeVisitor):
             "imports", "scorep_imports", "init_pg", "destroy_pg", "ddp_wrap", "trainer_train", "hf_parser",
             "training_args", "self_waits", "cuda_asserts", "cuda_ops", "profilers", "training_defaults")}
         self.args_classes: set[str] = set()  # TrainingArguments subclasses defined here
+        self.snippet = False  # a job script's `python -c` / here-document code
         self.r["uses_hf"] = False
         self.r["torchrun_main"] = None
         self.r["main_guard"] = False
@@ -263,6 +265,9 @@ class _Scan(ast.NodeVisitor):
             self.r["torchrun_main"] = self.r["torchrun_main"] or self.site(node)
         if self._is_cuda_op(node, q, attr):
             self.add("cuda_ops", self.site(node))
+        if (q in EXITS or (q == "print" and self.snippet)) and any(self._mentions_is_available(a) for a in node.args):
+            # `sys.exit(0 if torch.cuda.is_available() else 1)`; in `python -c`, `print(...) | grep -q True`
+            self.add("cuda_asserts", self.site(node))
         if q in PROFILERS or (q == "torch.autograd.profiler.profile"):
             self.add("profilers", self.site(node))
         self.generic_visit(node)
@@ -408,6 +413,7 @@ def analyse(path: str, text: str, role: str, *, line_offset: int = 0, origin: Si
                         snippet_of=snippet_of)
     scan = _Scan(path, text.splitlines(), line_offset, entry=role in ("entry", "snippet", "launcher"),
                  deadline=deadline)
+    scan.snippet = role == "snippet"
     try:
         deadline.check()  # the parse alone may have taken the time
         scan.collect_aliases(tree)
