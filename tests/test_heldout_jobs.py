@@ -71,6 +71,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "trainer_dataclass_default": {"TRN001": {("run_clm.py", 17), ("train.sh", 7)}},
     # the warm-up loop's `python3 -c '...; sys.exit(0 if torch.cuda.is_available() else 1)'` never warms up
     "readiness_python_c": {"SCR004": {("job.sbatch", 13)}, "LNC002": {("job.sbatch", 13), ("job.sbatch", 21)}},
+    # `--nopython` is the bindings' `--noinstrumenter`: the default memory is enough (no SCP009)
+    "nopython_flag": {"SCP005": {("run.sh", 15)}},
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
@@ -112,6 +114,7 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "container_apptainer": [("job.sbatch", "--env SCOREP_TOTAL_MEMORY=3500M --bind /scratch pytorch.sif")],
     "trainer_dataclass_default": [("run_clm.py", "load_best_model_at_end: bool = field(default=False, metadata=")],
     "readiness_python_c": [("job.sbatch", "if python3 -c 'import sys, torch; torch.zeros(1).cuda()'; then\n")],
+    "nopython_flag": [("run.sh", "python -m scorep --nopython --cuda train.py --epochs 1 &\n")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
