@@ -73,6 +73,11 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "readiness_python_c": {"SCR004": {("job.sbatch", 13)}, "LNC002": {("job.sbatch", 13), ("job.sbatch", 21)}},
     # `--nopython` is the bindings' `--noinstrumenter`: the default memory is enough (no SCP009)
     "nopython_flag": {"SCP005": {("run.sh", 15)}},
+    # values set where the reader cannot see them: unknown from there on, never the older 3500M
+    "eval_memory": {"SCP003": {("job.sh", 9)}, "SCP009": {("job.sh", 9)}},  # eval "export ...=$(cat ...)"
+    "read_memory": {"SCP003": {("job.sh", 9)}, "SCP009": {("job.sh", 9)}},  # read -r SCOREP_TOTAL_MEMORY <<< ...
+    "printf_v_memory": {"SCP003": {("job.sh", 9)}},  # printf -v SCOREP_TOTAL_MEMORY '%dG' 8: 8G
+    "nameref_memory": {"SCP003": {("job.sh", 10)}},  # declare -n target=$1; target=$2: the caller's 8G
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
@@ -115,10 +120,16 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "trainer_dataclass_default": [("run_clm.py", "load_best_model_at_end: bool = field(default=False, metadata=")],
     "readiness_python_c": [("job.sbatch", "if python3 -c 'import sys, torch; torch.zeros(1).cuda()'; then\n")],
     "nopython_flag": [("run.sh", "python -m scorep --nopython --cuda train.py --epochs 1 &\n")],
+    "nameref_memory": [("job.sh", "set_size SCOREP_TOTAL_MEMORY 3500M\n")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
-CANNOT: dict[str, dict[str, str]] = {}
+CANNOT: dict[str, dict[str, str]] = {
+    # no assignment to edit: the remedy names the line to set it on instead
+    "eval_memory": {"SCP003": "scorep-total-memory", "SCP009": "scorep-total-memory"},
+    "read_memory": {"SCP003": "scorep-total-memory", "SCP009": "scorep-total-memory"},
+    "printf_v_memory": {"SCP003": "scorep-total-memory"},
+}
 
 
 def test_every_heldout_folder_has_both_variants_and_an_expectation() -> None:

@@ -132,6 +132,12 @@ class EnvVar:
     item_pieces: tuple[tuple[Piece, ...], ...] = ()  # the same per array item
     span: Span | None = None  # the value as written in the assignment (inside its quotes)
 
+    @property
+    def unfollowed(self) -> bool:
+        """Set by what the reader does not follow (`read`, `eval "$(...)"`, `export "$k=$v"`): its value is
+        known only when the job runs, and there is no assignment to edit."""
+        return self.value is None and self.site is not None and self.raw.startswith("<") and not self.varies
+
 
 @dataclass(frozen=True)
 class Loop:
