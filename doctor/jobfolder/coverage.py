@@ -19,6 +19,8 @@ from doctor.jobfolder.model import Job
 from doctor.model import CheckResult, Status
 
 JOB_LAYERS = ("scorep", "launcher", "script", "trainer")
+# job-layer checks whose pass is about the node (LNC003: this node's runtime is not broken), not the job
+ABOUT_THE_NODE = {"LNC003"}
 _UNCHECKED = (Status.SKIP, Status.UNKNOWN, Status.TIMEOUT)
 
 
@@ -61,7 +63,7 @@ def not_checked(job: Job | None, results: Iterable[CheckResult]) -> tuple[str, s
     """("NOTHING CHECKED" or "NOT CHECKED", why) for a run over a job folder; None when the job was checked."""
     if job is None or job.root is None:
         return None
-    results = [r for r in results if r.layer in JOB_LAYERS]
+    results = [r for r in results if r.layer in JOB_LAYERS and r.check_id not in ABOUT_THE_NODE]
     if not results:
         return None
     why = not_read(job)
