@@ -8,7 +8,11 @@ OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID, a job array taking its config fr
 `srun --export=ALL,NAME=value`, `mpirun -np 4 -x ... python -m scorep`, a per-task script the job writes with a here-document,
 `export $(grep -v '^#' scorep.env | xargs)`, a shell function around srun, accelerate, nanoGPT, deepspeed,
 a C-style per-rank loop, HF Trainer arguments in an array and a string, a two-node torchrun
-rendezvous with a `--no-python` wrapper, `cd "$SLURM_SUBMIT_DIR"` + `module load`.
+rendezvous with a `--no-python` wrapper, `cd "$SLURM_SUBMIT_DIR"` + `module load`; and (issue 24) a
+`while [ $rank -lt $ngpus ]` loop over ranks, Lua and Tcl modulefiles in the job folder, `srun $SRUN_ARGS
+bash -c "$CMD"`, a job script in a sub-folder launching `train.py` from there, `srun shifter`, `singularity
+exec`, `apptainer exec --env`, a `TrainingArguments` subclass's `field(default=True)`, a `python -c`
+readiness test in a warm-up loop, `--nopython`, and `eval`, `read <<<`, `printf -v`, `declare -n`.
 
 The broken variant raises what is wrong, with evidence on the line that set the value; the clean
 one raises nothing above pass in the job layers; `fix --apply --unsafe` leaves the broken one
