@@ -177,3 +177,17 @@ def test_ml_of_a_modulefile_in_the_job_folder_reads_its_setenv(tmp_path: Path) -
                          "modules/scorep/8.4.lua": 'setenv("SCOREP_TOTAL_MEMORY","4G")\n', "train.py": TRAIN})
     (out,) = run_check("SCP003", tmp_path)
     assert out.status == Status.FAIL and (out.evidence[0].file, out.evidence[0].line) == ("modules/scorep/8.4.lua", 1)
+
+
+def test_a_run_time_program_after_srun_is_not_read_as_its_options(tmp_path: Path) -> None:
+    write_job(tmp_path, {"job.sh": "#!/bin/bash\nPY=$(cat python.txt)\nsrun $PY train.py\n"})
+    texts = [n.text for n in job_of(tmp_path).notes if n.kind == "unresolved"]
+    assert texts == ["runs '$PY', which is only known when the job runs; not followed"], texts
+
+
+def test_a_quoted_export_of_a_spelled_name_leaves_the_other_values_known(tmp_path: Path) -> None:
+    write_job(tmp_path, {"job.sh": '#!/bin/bash\nexport SCOREP_TOTAL_MEMORY=8G\n'
+                                   'export "LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH"\n'
+                                   "python -m scorep --cuda train.py\n", "train.py": TRAIN})
+    (out,) = run_check("SCP003", tmp_path)
+    assert out.status == Status.FAIL and out.evidence[0].line == 2, out.message

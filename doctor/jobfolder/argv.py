@@ -178,7 +178,8 @@ def strip_wrappers(argv: list[str], unknown: frozenset[int] = frozenset()
         if name in TASK_LAUNCHERS:
             value_opts = _SRUN_VALUE if name == "srun" else _MPIRUN_VALUE
             i, seen = _skip_options(argv, i + 1, value_opts, MPICH_ENV_OPTS)
-            while i in unknown and i + 1 < len(argv):  # `srun $SRUN_ARGS bash -c ...`: options known at run time
+            while i in unknown and i + 1 < len(argv) and _starts_command(argv[i + 1]):
+                # `srun $SRUN_ARGS bash -c ...`: options known at run time, then a command
                 i, more = _skip_options(argv, i + 1, value_opts, MPICH_ENV_OPTS)
                 seen.update(more)
             env_ops.extend(launcher_env(name, argv, start + 1, i))
@@ -290,6 +291,15 @@ def _container(name: str, argv: list[str], i: int) -> tuple[int, list[tuple[str,
     if image and k < len(argv):
         k += 1  # the image
     return k, ops
+
+
+def _starts_command(word: str) -> bool:
+    """Whether `word` after a launcher's run-time-only word is more options or a command it runs
+    (a shell, Python, a launcher, a wrapper, a script), not the argument of a program it hides."""
+    name = base(word)
+    return word.startswith("-") or is_python(word) or word.endswith(".sh") or name in (
+        {"bash", "sh", "zsh", "dash", "ksh", "torchrun", "accelerate", "deepspeed", "env", "timeout"}
+        | TASK_LAUNCHERS | SIMPLE_PREFIX | CUPTI_TOOLS | set(CONTAINERS))
 
 
 def parse_scorep(args: list[str]) -> tuple[ScorepWrap, list[str]]:

@@ -354,10 +354,13 @@ class ShellWalker(Links, Branches):
         site = Site(src.path, line, src.line_text(line))
         exp = self._expand(node, ctx, split=False)
         m = re.fullmatch(r"([A-Za-z_]\w*)=(.*)", exp.value, re.S) if exp.known else None
+        named_as = re.match(r"""["']?([A-Za-z_]\w*)=""", src.text_of(node))  # `export "LD_PATH=$X/lib"`
         if m is not None:
             old = ctx.state.vars.get(m.group(1))
             ctx.state.vars[m.group(1)] = EnvVar(m.group(1), m.group(2), src.text_of(node), site,
                                                 export or ctx.state.allexport or (old is not None and old.exported))
+        elif named_as is not None:
+            self._unknown([named_as.group(1)], ctx, site, f"{head} on line {line}", export=export)
         elif not exp.known:
             self._opaque(ctx, site, f"{head} {src.text_of(node)} on line {line}")
 
