@@ -191,3 +191,12 @@ def test_a_quoted_export_of_a_spelled_name_leaves_the_other_values_known(tmp_pat
                                    "python -m scorep --cuda train.py\n", "train.py": TRAIN})
     (out,) = run_check("SCP003", tmp_path)
     assert out.status == Status.FAIL and out.evidence[0].line == 2, out.message
+
+
+@pytest.mark.parametrize("setup", ['eval "$(conda shell.bash hook)"', "eval $(ssh-agent)",
+                                   'eval "$(/opt/miniforge/bin/conda shell.bash hook)"'])
+def test_an_eval_that_sets_up_a_tool_leaves_the_values_known(tmp_path: Path, setup: str) -> None:
+    write_job(tmp_path, {"job.sh": f"#!/bin/bash\nexport SCOREP_TOTAL_MEMORY=8G\n{setup}\n"
+                                   "python -m scorep --cuda train.py\n", "train.py": TRAIN})
+    (out,) = run_check("SCP003", tmp_path)
+    assert out.status == Status.FAIL and out.evidence[0].line == 2, out.message

@@ -316,7 +316,8 @@ class ShellWalker(Links, Branches):
         head = src.text_of(node.children[0]) if node.children else ""
         opts = [src.text_of(c) for c in node.children if c.type == "word" and src.text_of(c).startswith("-")]
         export = head == "export" or any("x" in o for o in opts if o.startswith("-"))
-        nameref = any("n" in o[1:] for o in opts if o.startswith("-") and not o.startswith("--"))
+        nameref = head in ("declare", "typeset", "local") and any(
+            "n" in o[1:] for o in opts if o.startswith("-") and not o.startswith("--"))  # `export -n` un-exports
         for c in named(node):
             if c.type == "command_substitution" and export:
                 self._export_file(c, ctx)
@@ -399,7 +400,7 @@ class ShellWalker(Links, Branches):
             return
         raw = " ".join(ctx.src.text[w.span.start:w.span.end] if w.span.file == ctx.src.path else w.text
                        for w in args)
-        tool = re.match(r"""\s*["']?\$\(\s*(\S+)""", raw)
+        tool = re.match(r"""\s*["']?\$\(\s*([^\s)]+)""", raw)
         if tool and argvmod.base(tool.group(1)) in ENV_TOOLS:  # `eval "$(conda shell.bash hook)"`
             return
         names = _ASSIGNED.findall(raw)
