@@ -123,6 +123,8 @@ def test_a_dynamic_name_makes_later_unset_variables_unknown_too(tmp_path: Path) 
     var = cmd.var("SCOREP_CUDA_ENABLE")
     assert var is not None and var.value is None and var.site is not None and var.site.line == 2
     assert [o.status for o in run_check("SCP003", tmp_path)] == [Status.UNKNOWN]
+    # whether a filter file is set is not known either: not "filtered", not "unfiltered"
+    assert Status.UNKNOWN in [o.status for o in run_check("SCP010", tmp_path)]
 
 
 @pytest.mark.parametrize("line, wrappers", [
