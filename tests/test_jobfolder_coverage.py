@@ -202,3 +202,11 @@ def test_an_eval_that_sets_up_a_tool_leaves_the_values_known(tmp_path: Path, set
                                    "python -m scorep --cuda train.py\n", "train.py": TRAIN})
     (out,) = run_check("SCP003", tmp_path)
     assert out.status == Status.FAIL and out.evidence[0].line == 2, out.message
+
+
+def test_a_sub_folder_torchrun_job_is_read_from_its_own_folder(tmp_path: Path) -> None:
+    write_job(tmp_path, {"jobs/run.sh": "#!/bin/bash\ntorchrun --standalone --nproc_per_node=2 train.py\n",
+                         "jobs/train.py": TRAIN})
+    job = job_of(tmp_path)
+    assert [s.problem for s in job.entry_scripts()] == [None]
+    assert any(n.kind == "assumed" and "read as run from its own folder (jobs/)" in n.text for n in job.notes)

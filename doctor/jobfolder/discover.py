@@ -249,7 +249,9 @@ class JobBuilder:
             launch = c.launch
             while launch is not None and launch.inner is not None:
                 launch = launch.inner
-            target = launch.target if launch is not None and launch.kind == "script" else None
+            targets = [t for t in (launch.target, launch.training_target) if t and t.endswith((".py", ".sh"))] \
+                if launch is not None and launch.kind == "script" else []  # `python x.py`, `torchrun x.py`
+            target = targets[-1] if targets else None
             if (c.site.file != path or c.cwd != cwd or not target or os.path.isabs(target) or "$" in target
                     or self.exists(os.path.join(cwd, target))):
                 continue
