@@ -210,3 +210,15 @@ def test_a_sub_folder_torchrun_job_is_read_from_its_own_folder(tmp_path: Path) -
     job = job_of(tmp_path)
     assert [s.problem for s in job.entry_scripts()] == [None]
     assert any(n.kind == "assumed" and "read as run from its own folder (jobs/)" in n.text for n in job.notes)
+
+
+@pytest.mark.parametrize("loop", ["while [ $rank -lt $N ]; do", "while (( rank < N )); do",
+                                  'until [ "$rank" -ge "$N" ]; do', "while [[ $rank -le 2 ]]; do"])
+@pytest.mark.parametrize("step", ["rank=$((rank+1))", "((rank++))", "let rank++"])
+def test_a_counter_loop_over_ranks_is_per_rank(tmp_path: Path, loop: str, step: str) -> None:
+    write_job(tmp_path, {"job.sh": f"#!/bin/bash\nN=3\nrank=0\n{loop}\n"
+                                   "    RANK=$rank SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$rank python -m scorep --cuda "
+                                   f"train.py &\n    {step}\ndone\nwait\n", "train.py": TRAIN})
+    (cmd, _launch), = job_of(tmp_path).instrumented
+    assert cmd.loop is not None and cmd.loop.var == "rank" and cmd.loop.count == 3 and cmd.tasks == 3
+    assert cmd.env["SCOREP_EXPERIMENT_DIRECTORY"].varies

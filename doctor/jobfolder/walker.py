@@ -224,7 +224,7 @@ class ShellWalker(Links, Branches):
         body = node.child_by_field_name("body")
         conds = node.children_by_field_name("condition")
         counter = counter_loop(" ".join(src.text_of(c) for c in conds), src.text_of(body) if body else "",
-                               ctx.state.vars.get) if kind == "while" else None
+                               ctx.state.vars.get, until=kind == "until")
         loop = Loop(counter[0] if counter else None, counter[1] if counter else None, site, kind)
         inner = replace(ctx, loop=loop)
         if counter:
