@@ -398,8 +398,7 @@ class ShellWalker(Links, Branches):
             code = args[0] if len(args) == 1 else Word(" ".join(w.text for w in args), args[0].span)
             self.run_string(code, replace(ctx, heredoc=None))
             return
-        raw = " ".join(ctx.src.text[w.span.start:w.span.end] if w.span.file == ctx.src.path else w.text
-                       for w in args)
+        raw = " ".join(w.text for w in args)  # an unknown expansion keeps its spelling
         tool = re.match(r"""\s*["']?\$\(\s*([^\s)]+)""", raw)
         if tool and argvmod.base(tool.group(1)) in ENV_TOOLS:  # `eval "$(conda shell.bash hook)"`
             return
