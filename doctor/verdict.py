@@ -94,6 +94,9 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
         else:
             line = f"gpu-doctor: FAIL on {host}: " + "; ".join(f"{r.check_id} {r.status.value}: {r.message}"
                                                               for r in bad)
+        unread = not_checked(run)
+        if unread is not None:  # what was not read is said beside the findings of what was
+            line += f"; {unread[0]}: {unread[1]}"
         return f"{line}; next: {step}" if step else line
     c = counts(run.results)
     unread = not_checked(run)

@@ -222,3 +222,10 @@ def test_a_counter_loop_over_ranks_is_per_rank(tmp_path: Path, loop: str, step: 
     (cmd, _launch), = job_of(tmp_path).instrumented
     assert cmd.loop is not None and cmd.loop.var == "rank" and cmd.loop.count == 3 and cmd.tasks == 3
     assert cmd.env["SCOREP_EXPERIMENT_DIRECTORY"].varies
+
+
+def test_a_failing_job_that_was_not_all_read_says_both(tmp_path: Path) -> None:
+    write_job(tmp_path, {"job.sh": f"#!/bin/bash\n{WARM}python -m scorep --cuda -- train.py\n"})
+    code, line, _doc = verdict(tmp_path)
+    assert code == 1 and line.startswith("gpu-doctor: FAIL on node07: SCP005 fail: "), line
+    assert "; NOT CHECKED: train.py, which job.sh:8 starts, does not exist" in line, line
