@@ -209,8 +209,9 @@ def total_memory(facts: Facts) -> list[Outcome]:
     for var, _cmds in settings(job, "SCOREP_TOTAL_MEMORY"):
         where = var_evidence(job, var)
         data = var_data(var) | {"proposed": PROPOSED_TOTAL_MEMORY}
-        if var.value is None:
-            out.append(unknown(f"SCOREP_TOTAL_MEMORY={var.raw} cannot be known before the job runs", where))
+        if var.value is None:  # the remedy says where to set it instead, when no assignment can be edited
+            out.append(unknown(f"SCOREP_TOTAL_MEMORY={var.raw} cannot be known before the job runs", where,
+                               ("scorep-total-memory",) if var.unfollowed else (), data=data))
             continue
         try:
             size = parse_size(var.value)

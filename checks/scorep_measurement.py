@@ -313,6 +313,9 @@ def measurement_overhead(facts: Facts) -> list[Outcome]:
         flt = cmd.var("SCOREP_FILTERING_FILE")
         if not instrumenter:
             out.append(passed("--noinstrumenter: only user regions are measured", where))
+        elif flt is not None and flt.unfollowed:  # `read`, `eval "$(...)"`: maybe set, maybe not
+            out.append(unknown(f"SCOREP_FILTERING_FILE={flt.raw}: whether the Python instrumenter is filtered is "
+                               "known only when the job runs", var_evidence(job, flt)))
         elif flt is not None:
             out.append(passed(f"the Python instrumenter is filtered (SCOREP_FILTERING_FILE={flt.raw})",
                               var_evidence(job, flt)))

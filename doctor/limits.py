@@ -122,15 +122,19 @@ def shell_nesting(text: str) -> int:
     """
     depth = deepest = 0
     for line in text.splitlines():
-        for word in line.replace(";", " ; ").split():
-            if word in _OPENERS:
-                depth += 1
-                deepest = max(deepest, depth)
-            elif word in _CLOSERS:
-                depth = max(0, depth - 1)
-            elif word not in (";", "then", "do", "else", "elif", "!"):
-                break  # only the words that start a command can open or close a block
+        for command in _COMMAND_SEP.split(line):  # `if ...; then ...; fi` on one line opens and closes
+            for word in command.split():
+                if word in _OPENERS:
+                    depth += 1
+                    deepest = max(deepest, depth)
+                elif word in _CLOSERS:
+                    depth = max(0, depth - 1)
+                elif word not in ("then", "do", "else", "elif", "!"):
+                    break  # only the words that start a command can open or close a block
     return deepest
+
+
+_COMMAND_SEP = re.compile(r";|&&|\|\||\||&")
 
 
 _reading: dict[int, str] = {}

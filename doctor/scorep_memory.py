@@ -22,7 +22,7 @@ DEFAULT = 16000 * 1024          # Score-P's default SCOREP_TOTAL_MEMORY (16000k)
 TORCH_MINIMUM = 64 << 20        # below this the Python instrumenter cannot hold `import torch`
 PROPOSED = "256M"               # per rank: 4x the measured minimum, room for real training steps
 CEILING = 3500 << 20            # under Score-P's 4 GiB cap (SCP003's value)
-NO_INSTRUMENTER = ("--noinstrumenter", "--no-instrumenter")
+NO_INSTRUMENTER = ("--noinstrumenter", "--nopython", "--no-instrumenter")  # --nopython: the same, in the bindings
 
 
 def instrumenter_on(flags: Iterable[str]) -> bool:

@@ -51,8 +51,20 @@ def _not_checked(finding: Any) -> bool:
         finding.entities.get("probe") or finding.entities.get("bound"))
 
 
+def not_checked(run: Run) -> tuple[str, str] | None:
+    """("NOTHING CHECKED" / "NOT CHECKED", why) when PATH was given and its job was not read or
+    nothing in it was checked (see doctor.jobfolder.coverage): such a run never passes."""
+    job = run.facts.peek("job") if run.facts is not None and run.case.root is not None else None
+    if job is None:  # the node-only gate never loads the job-folder modules
+        return None
+    from doctor.jobfolder.coverage import not_checked as job_not_checked
+    from doctor.jobfolder.model import Job
+
+    return job_not_checked(job, run.results) if isinstance(job, Job) else None
+
+
 def exit_code(run: Run, fail_on: str = "error") -> ExitCode:
-    return ExitCode.FINDINGS if blocking(run.results, fail_on) else ExitCode.OK
+    return ExitCode.FINDINGS if blocking(run.results, fail_on) or not_checked(run) else ExitCode.OK
 
 
 def counts(results: list[CheckResult]) -> dict[str, int]:
@@ -82,8 +94,17 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
         else:
             line = f"gpu-doctor: FAIL on {host}: " + "; ".join(f"{r.check_id} {r.status.value}: {r.message}"
                                                               for r in bad)
+        unread = not_checked(run)
+        if unread is not None:  # what was not read is said beside the findings of what was
+            line += f"; {unread[0]}: {unread[1]}"
         return f"{line}; next: {step}" if step else line
     c = counts(run.results)
+    unread = not_checked(run)
+    if unread is not None:
+        odd = [r for r in run.results if r.status in (Status.UNKNOWN, Status.TIMEOUT)]
+        step = step or (f"gpu-doctor explain {odd[0].check_id}" if odd else
+                        f"name the job script: gpu-doctor --check-only --launch FILE {run.case.root}")
+        return f"gpu-doctor: {unread[0]} on {host}: {unread[1]}; next: {step}"
     summary = ", ".join(f"{n} {s}" for s, n in c.items() if n)
     warns = [r.check_id for r in run.results if r.status == Status.WARN]
     note = f" (warnings: {', '.join(warns)})" if warns else ""
@@ -159,6 +180,7 @@ def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) ->
     from doctor.diagnosis import diagnose
 
     code = exit_code(run, fail_on)
+    unread = not_checked(run)
     overall = "fail" if code else ("warn" if any(r.status == Status.WARN for r in run.results) else "pass")
     return {
         "schema_version": SCHEMA_VERSION,
@@ -179,6 +201,7 @@ def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) ->
         "status": overall,
         "exit_code": int(code),
         "counts": counts(run.results),
+        "not_checked": f"{unread[0]}: {unread[1]}" if unread else None,
         "checks": [check_json(r, run.extra.get("applied")) for r in run.results],
         "diagnosis": diagnose(run).to_json(),
         **_job_json(run),

@@ -212,6 +212,9 @@ def capture_producer(module: Any) -> tuple[Any, int]:
 # -- assert is_available -----------------------------------------------------
 
 _SHELL_ASSERT = re.compile(r"assert\s+torch\.cuda\.is_available\(\)\s*(;\s*)?")
+# `sys.exit(0 if torch.cuda.is_available() else 1)`, `print(torch.cuda.is_available())` (piped to grep)
+_SHELL_EXIT = re.compile(r"(?:(?:sys\.|os\._)?exit|raise\s+SystemExit)\(\s*0\s+if\s+torch\.cuda\.is_available\(\)\s+"
+                         r"else\s+1\s*\)|print\(\s*torch\.cuda\.is_available\(\)\s*\)")
 
 
 @remedy("cuda-real-op-check", Safety.UNSAFE,
@@ -252,6 +255,9 @@ def _shell_real_op(ctx: RemedyContext, path: Any) -> None:
             rest = launch.code[m.end():m.end() + 40]
             doc.replace(span.start + m.start(), span.start + m.end(), "" if rest.startswith("torch.zeros(1).cuda()")
                         else "torch.zeros(1).cuda()" + (m.group(1) or ""))
+        for m in reversed(list(_SHELL_EXIT.finditer(launch.code))):  # the op's exception is the exit status
+            doc.replace(span.start + m.start(), span.start + m.end(),
+                        "torch.zeros(1).cuda(); print(True)" if m.group(0).startswith("print") else "torch.zeros(1).cuda()")
     if doc.changed:
         ctx.write_doc(path, doc, SCRIPT_LINE, "python -c: assert is_available() -> torch.zeros(1).cuda()")
 

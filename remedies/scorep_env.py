@@ -56,8 +56,8 @@ def _size(value: str | None) -> int | None:
 def total_memory(ctx: RemedyContext) -> None:
     """Replace each SCOREP_TOTAL_MEMORY value that is 4 GiB or more, or unparseable, with 3500M."""
     def proposed(var: EnvVar) -> str | None:
-        if var.value is None:
-            return None  # SCP003 says unknown: nothing to propose
+        if var.value is None:  # SCP003 says unknown: where nothing can be edited, say where to set it
+            return TOTAL_MEMORY if var.unfollowed else None
         size = _size(var.value)
         return TOTAL_MEMORY if size is None or size > TOTAL_MEMORY_LIMIT else None
 

@@ -112,6 +112,22 @@ def _python_off(ctx: RemedyContext, path: Path) -> None:
                 return updated.with_changes(value=cst.Name("False"))
             return updated
 
+        def leave_AnnAssign(self, original: cst.AnnAssign, updated: cst.AnnAssign) -> cst.AnnAssign:
+            """A TrainingArguments subclass's field: `load_best_model_at_end: bool = True` or `= field(default=True)`."""
+            value = updated.value
+            if not (isinstance(updated.target, cst.Name) and updated.target.value == FLAG):
+                return updated
+            if isinstance(value, cst.Name) and value.value == "True":
+                self.count += 1
+                return updated.with_changes(value=cst.Name("False"))
+            if isinstance(value, cst.Call):
+                args = [a.with_changes(value=cst.Name("False")) if a.keyword is not None and a.keyword.value == "default"
+                        and isinstance(a.value, cst.Name) and a.value.value == "True" else a for a in value.args]
+                if args != list(value.args):
+                    self.count += 1
+                    return updated.with_changes(value=value.with_changes(args=args))
+            return updated
+
     off = Off()
     new = module.visit(off)
     if off.count:

@@ -8,7 +8,11 @@ OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID, a job array taking its config fr
 `srun --export=ALL,NAME=value`, `mpirun -np 4 -x ... python -m scorep`, a per-task script the job writes with a here-document,
 `export $(grep -v '^#' scorep.env | xargs)`, a shell function around srun, accelerate, nanoGPT, deepspeed,
 a C-style per-rank loop, HF Trainer arguments in an array and a string, a two-node torchrun
-rendezvous with a `--no-python` wrapper, `cd "$SLURM_SUBMIT_DIR"` + `module load`.
+rendezvous with a `--no-python` wrapper, `cd "$SLURM_SUBMIT_DIR"` + `module load`; and (issue 24) a
+`while [ $rank -lt $ngpus ]` loop over ranks, Lua and Tcl modulefiles in the job folder, `srun $SRUN_ARGS
+bash -c "$CMD"`, a job script in a sub-folder launching `train.py` from there, `srun shifter`, `singularity
+exec`, `apptainer exec --env`, a `TrainingArguments` subclass's `field(default=True)`, a `python -c`
+readiness test in a warm-up loop, `--nopython`, and `eval`, `read <<<`, `printf -v`, `declare -n`.
 
 The broken variant raises what is wrong, with evidence on the line that set the value; the clean
 one raises nothing above pass in the job layers; `fix --apply --unsafe` leaves the broken one
@@ -53,6 +57,31 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     # the per-task script the job writes with `cat > task.sh <<'EOF'` and runs with srun
     "heredoc_wrapper": {"SCP005": {("job.sh", 22)}},
     "dotenv_export": {"SCP003": {("scorep.env", 3)}},  # export $(grep -v '^#' scorep.env | xargs)
+    # `while [ $rank -lt $ngpus ]; do ... & rank=$((rank+1)); done`: per rank, as the `for` loop
+    "perrank_while": {"SCP006": {("run_ranks.sh", 20)}},
+    # `module use "$SLURM_SUBMIT_DIR/modulefiles"; module load scorep-job`: Lmod's setenv("...", "8G")
+    "modulefile_lua": {"SCP003": {("modulefiles/scorep-job/1.0.lua", 6)}},
+    # MODULEPATH=$PWD/modules:...; `ml profiling` loads the highest version, a Tcl `setenv`
+    "modulefile_tcl": {"SCP003": {("modules/profiling/2.1", 10)}},
+    # `srun $SRUN_ARGS bash -c "$CMD"`: the options known at run time, the command string read as a command
+    "srun_args_bash_c": {"SCP005": {("job.sbatch", 16)}},
+    # scripts/train.sbatch runs `python -m scorep --cuda train.py --config ../resources/ddp.json`: from scripts/
+    "subdir_relative": {"SCR002": {("scripts/train.py", 20)}},
+    # container wrappers: the command inside is the launch
+    "container_shifter": {"SCP005": {("job.sh", 15)}},  # srun shifter --image=... --module=gpu bash -c '...'
+    "container_singularity": {"SCP002": {("run.slurm", 13), ("run.slurm", 8)}},  # singularity exec --nv IMG
+    "container_apptainer": {"SCP003": {("job.sbatch", 10)}},  # apptainer exec --env SCOREP_TOTAL_MEMORY=8G
+    # `load_best_model_at_end: bool = field(default=True)` in a TrainingArguments subclass, eval "no" by default
+    "trainer_dataclass_default": {"TRN001": {("run_clm.py", 17), ("train.sh", 7)}},
+    # the warm-up loop's `python3 -c '...; sys.exit(0 if torch.cuda.is_available() else 1)'` never warms up
+    "readiness_python_c": {"SCR004": {("job.sbatch", 13)}, "LNC002": {("job.sbatch", 13), ("job.sbatch", 21)}},
+    # `--nopython` is the bindings' `--noinstrumenter`: the default memory is enough (no SCP009)
+    "nopython_flag": {"SCP005": {("run.sh", 15)}},
+    # values set where the reader cannot see them: unknown from there on, never the older 3500M
+    "eval_memory": {"SCP003": {("job.sh", 9)}, "SCP009": {("job.sh", 9)}},  # eval "export ...=$(cat ...)"
+    "read_memory": {"SCP003": {("job.sh", 9)}, "SCP009": {("job.sh", 9)}},  # read -r SCOREP_TOTAL_MEMORY <<< ...
+    "printf_v_memory": {"SCP003": {("job.sh", 9)}},  # printf -v SCOREP_TOTAL_MEMORY '%dG' 8: 8G
+    "nameref_memory": {"SCP003": {("job.sh", 10)}},  # declare -n target=$1; target=$2: the caller's 8G
 }
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
@@ -84,10 +113,27 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     # mpirun on the job script's own line: the batch shell would expand a per-rank value once, so
     # each task's own shell names its folder
     "mpirun_direct": [("job.sh", "-x MASTER_PORT=29555 " + MPI_TASK_PREFIX + "python -m scorep --cuda train_mpi.py\n")],
+    "perrank_while": [("run_ranks.sh", "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${rank} \\\n")],
+    "modulefile_lua": [("modulefiles/scorep-job/1.0.lua", 'setenv("SCOREP_TOTAL_MEMORY", "3500M")\n')],
+    "modulefile_tcl": [("modules/profiling/2.1", "setenv SCOREP_TOTAL_MEMORY 3500M\n"),
+                       ("modules/profiling/1.0", "setenv SCOREP_TOTAL_MEMORY 2G\n")],  # not loaded: untouched
+    "srun_args_bash_c": [("job.sbatch", "python -m scorep --cuda train.py --epochs 1'\n")],
+    "container_shifter": [("job.sh", "exec python -m scorep --cuda train.py --epochs 1'\n")],
+    "container_singularity": [("run.slurm", "exec python -m scorep --cuda --thread=pthread train.py --epochs 1'\n")],
+    "container_apptainer": [("job.sbatch", "--env SCOREP_TOTAL_MEMORY=3500M --bind /scratch pytorch.sif")],
+    "trainer_dataclass_default": [("run_clm.py", "load_best_model_at_end: bool = field(default=False, metadata=")],
+    "readiness_python_c": [("job.sbatch", "if python3 -c 'import sys, torch; torch.zeros(1).cuda()'; then\n")],
+    "nopython_flag": [("run.sh", "python -m scorep --nopython --cuda train.py --epochs 1 &\n")],
+    "nameref_memory": [("job.sh", "set_size SCOREP_TOTAL_MEMORY 3500M\n")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
-CANNOT: dict[str, dict[str, str]] = {}
+CANNOT: dict[str, dict[str, str]] = {
+    # no assignment to edit: the remedy names the line to set it on instead
+    "eval_memory": {"SCP003": "scorep-total-memory", "SCP009": "scorep-total-memory"},
+    "read_memory": {"SCP003": "scorep-total-memory", "SCP009": "scorep-total-memory"},
+    "printf_v_memory": {"SCP003": "scorep-total-memory"},
+}
 
 
 def test_every_heldout_folder_has_both_variants_and_an_expectation() -> None:

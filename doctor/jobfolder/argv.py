@@ -160,10 +160,12 @@ def _slurm_export(text: str, word: int, offset: int) -> list[tuple[str, ...]]:
     return ops
 
 
-def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tuple[str, ...]]]:
+def strip_wrappers(argv: list[str], unknown: frozenset[int] = frozenset()
+                   ) -> tuple[list[Wrapper], list[str], list[tuple[str, ...]]]:
     """Peel srun/mpirun/timeout/env/nsys/apptainer/conda-run... off a command line.
 
-    Returns the wrappers, the command they run, and the environment operations of `env`,
+    A word at `unknown` (known only at run time) where a task launcher's options end is read as
+    more of its options. Returns the wrappers, the command they run, and the environment operations of `env`,
     `srun --export=` and `mpirun -x`/`-genv`: ('set', NAME, VALUE, argv index, start, end) (the
     value is argv[index][start:end]), ('unset', NAME), ('clear',), ('keep', NAME) (after a clear).
     """
@@ -176,6 +178,10 @@ def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tupl
         if name in TASK_LAUNCHERS:
             value_opts = _SRUN_VALUE if name == "srun" else _MPIRUN_VALUE
             i, seen = _skip_options(argv, i + 1, value_opts, MPICH_ENV_OPTS)
+            while i in unknown and i + 1 < len(argv) and _starts_command(argv[i + 1]):
+                # `srun $SRUN_ARGS bash -c ...`: options known at run time, then a command
+                i, more = _skip_options(argv, i + 1, value_opts, MPICH_ENV_OPTS)
+                seen.update(more)
             env_ops.extend(launcher_env(name, argv, start + 1, i))
             tasks = None
             for key in ("-n", "--ntasks", "-np", "--np"):
@@ -219,10 +225,10 @@ def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tupl
                 i += 1
             i, _ = _skip_options(argv, i, _NSYS_VALUE)
             wrappers.append(Wrapper(name, tuple(argv[start:i])))
-        elif name in ("apptainer", "singularity") and i + 1 < len(argv) and argv[i + 1] in ("exec", "run"):
-            i, _ = _skip_options(argv, i + 2, {"-B", "--bind", "--env", "--home", "-H", "-W", "--workdir",
-                                                "--overlay", "-o"})
-            i += 1  # the image
+        elif (name in CONTAINERS and (CONTAINERS[name][0] is None or argv[i + 1:i + 2] == [CONTAINERS[name][0]])
+              and i + 1 < len(argv)):
+            i, ops = _container(name, argv, i)
+            env_ops.extend(ops)
             wrappers.append(Wrapper(name, tuple(argv[start:i])))
         elif name in RUN_TOOLS and i + 1 < len(argv) and argv[i + 1] == "run":
             i, _ = _skip_options(argv, i + 2, {"-n", "--name", "-p", "--prefix", "--with", "--python",
@@ -238,6 +244,62 @@ def strip_wrappers(argv: list[str]) -> tuple[list[Wrapper], list[str], list[tupl
         else:
             break
     return wrappers, argv[i:], env_ops
+
+
+# Container wrappers: (the subcommand that runs a command, or None; options taking a value; whether
+# the image comes after the options); `-e NAME=value` / `--env NAME=value` set a variable inside.
+CONTAINERS: dict[str, tuple[str | None, frozenset[str], bool]] = {
+    "apptainer": ("exec", frozenset({"-B", "--bind", "--env", "--home", "-H", "-W", "--workdir", "--overlay", "-o",
+                                     "--pwd", "--env-file", "--mount", "--security", "--network", "--app",
+                                     "--scratch", "-S", "--fusemount"}), True),
+    "shifter": (None, frozenset({"--image", "-i", "--volume", "-V", "--module", "-m", "--env", "-e",
+                                 "--env-file", "--workdir", "-w"}), False),
+    "enroot": ("start", frozenset({"-m", "--mount", "-e", "--env", "-c", "--conf"}), True),
+    "podman": ("run", frozenset({"-e", "--env", "-v", "--volume", "-w", "--workdir", "--name", "--gpus",
+                                 "--device", "--ipc", "--network", "--net", "-u", "--user", "--env-file",
+                                 "--entrypoint", "--shm-size", "--mount", "--runtime", "--security-opt"}), True),
+}
+CONTAINERS["singularity"] = CONTAINERS["apptainer"]
+CONTAINERS["docker"] = CONTAINERS["podman"]
+_CONTAINER_ENV = {"--env", "-e"}
+_CONTAINER_CLEAN = {"--cleanenv", "--containall", "-C"}
+
+
+def _container(name: str, argv: list[str], i: int) -> tuple[int, list[tuple[str, ...]]]:
+    """Past `apptainer exec [options] IMAGE` / `shifter [options]` / `docker run [options] IMAGE`:
+    (index of the command it runs, the environment it gives that command)."""
+    sub, value_opts, image = CONTAINERS[name]
+    k = i + (2 if sub else 1)
+    ops: list[tuple[str, ...]] = []
+    while k < len(argv) and argv[k].startswith("-") and argv[k] != "-":
+        a = argv[k]
+        if a == "--":
+            k += 1
+            break
+        key, eq, value = a.partition("=")
+        if key in _CONTAINER_ENV and not (name in ("apptainer", "singularity") and key == "-e"):
+            word, text, offset = (k, value, len(key) + 1) if eq else (k + 1, argv[k + 1] if k + 1 < len(argv) else "", 0)
+            m = re.match(r"([A-Za-z_]\w*)=", text)
+            if m:
+                ops.append(("set", m.group(1), text[m.end():], str(word), str(offset + m.end()),
+                            str(offset + len(text))))
+            k = word + 1
+            continue
+        if a in _CONTAINER_CLEAN or (name in ("apptainer", "singularity") and a == "-e"):
+            ops.append(("clear",))
+        k += 1 if eq or a not in value_opts else 2
+    if image and k < len(argv):
+        k += 1  # the image
+    return k, ops
+
+
+def _starts_command(word: str) -> bool:
+    """Whether `word` after a launcher's run-time-only word is more options or a command it runs
+    (a shell, Python, a launcher, a wrapper, a script), not the argument of a program it hides."""
+    name = base(word)
+    return word.startswith("-") or is_python(word) or word.endswith(".sh") or name in (
+        {"bash", "sh", "zsh", "dash", "ksh", "torchrun", "accelerate", "deepspeed", "env", "timeout"}
+        | TASK_LAUNCHERS | SIMPLE_PREFIX | CUPTI_TOOLS | set(CONTAINERS))
 
 
 def parse_scorep(args: list[str]) -> tuple[ScorepWrap, list[str]]:

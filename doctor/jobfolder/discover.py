@@ -24,6 +24,7 @@ from doctor.jobfolder.model import (
     EnvVar,
     ImportSite,
     Job,
+    KwCall,
     Launch,
     Note,
     PyScript,
@@ -218,16 +219,27 @@ class JobBuilder:
             shells, pys = [], []
         cwd = root or os.getcwd()
         # Pass 1 finds what is sourced or run by another script; those are not jobs of their own.
+        # A script that runs only itself (`bash "$0"`), or one of a pair that run each other, is still a job.
         probe = ShellWalker(root, self.read, [], home, self.exists)
+        refs: dict[str, set[str]] = {}
         for path in shells:
+            before = set(probe.referenced)
+            probe.referenced.clear()
             probe.run_file(path, ShellState(dict(base_env), cwd), 0, "job")
-        tops = [p for p in shells if p not in probe.referenced or p in self.launch_override]
+            refs[path] = set(probe.referenced)
+            probe.referenced |= before
+        tops = [p for p in shells if p in self.launch_override or not any(
+            p in refs[q] and q not in refs.get(p, ()) for q in shells if q != p)]
         tops.sort(key=lambda p: (not _has_sbatch(probe.files.get(p)), p))
         for flow, path in enumerate(tops):
             env = dict(base_env)
             loaded = probe.files.get(path)
             env.update(sbatch_exports(loaded.sbatch if loaded else ()))
-            walker.run_file(path, ShellState(env, cwd), flow, "job")
+            start = self._start_dir(path, probe.commands, cwd)
+            if start != cwd:
+                env["PWD"] = EnvVar("PWD", start, start)
+                env["SLURM_SUBMIT_DIR"] = EnvVar("SLURM_SUBMIT_DIR", start, start)
+            walker.run_file(path, ShellState(env, start), flow, "job")
         commands = self._relink([self._link(c) for c in walker.commands], walker.commands)
         self._entries(commands, pys)
         trainer_args = self._trainer_args(commands, cwd)
@@ -236,6 +248,30 @@ class JobBuilder:
                                                                 "snippet": 3}.get(s.role, 4), s.path))
         return Job(root, tuple(walker.files.values()), tuple(commands), tuple(ordered), tuple(trainer_args),
                    tuple(self.notes), env, python, dict(self.reads))
+
+    def _start_dir(self, path: str, probed: list[Command], cwd: str) -> str:
+        """The folder a job script in a sub-folder is run from: its own, where the program it starts
+        by a relative path (`python train.py`) is there and not in the job folder (the repository runs
+        `cd scripts && sbatch train.sbatch`, its `../resources` paths say so); else the job folder."""
+        here = os.path.dirname(path)
+        if self.root is None or here == cwd:
+            return cwd
+        for c in probed:
+            launch = c.launch
+            while launch is not None and launch.inner is not None:
+                launch = launch.inner
+            targets = [t for t in (launch.target, launch.training_target) if t and t.endswith((".py", ".sh"))] \
+                if launch is not None and launch.kind == "script" else []  # `python x.py`, `torchrun x.py`
+            target = targets[-1] if targets else None
+            if (c.site.file != path or c.cwd != cwd or not target or os.path.isabs(target) or "$" in target
+                    or self.exists(os.path.join(cwd, target))):
+                continue
+            if self.exists(os.path.join(here, target)):
+                rel = os.path.relpath(path, self.root)
+                self.notes.append(Note(path, f"read as run from its own folder ({os.path.dirname(rel)}/): {target} is "
+                                             "there, not in the job folder", c.site.line, "assumed"))
+                return here
+        return cwd
 
     @staticmethod
     def _relink(linked: list[Command], walked: list[Command]) -> list[Command]:
@@ -311,8 +347,13 @@ class JobBuilder:
                 launch = launch.inner
             if launch is None or not launch.training_target or launch.kind in ("code", "stdin"):
                 continue
-            ta = trainer.from_command(cmd, launch.training_script, launch.training_args, cwd,
+            ta = trainer.from_command(cmd, launch.training_script, launch.training_args, cmd.cwd or cwd,
                                       self.read_text, note)
+            defaults = self._class_defaults(launch.training_script)
+            if defaults:  # `class Args(TrainingArguments)`: its defaults, where the command line says nothing
+                ta = ta or TrainerArgs("cli", launch.training_script, {}, cmd.site, cmd)
+                values = {k: v for d in defaults.values() for k, v in trainer.from_code(d, d.site.file).values.items()}
+                ta = replace(ta, values={**values, **ta.values})
             if ta is not None:
                 out.append(ta)
         for script in list(self.scripts.values()):
@@ -322,7 +363,26 @@ class JobBuilder:
                 key = (call.site.file, call.site.line)
                 if key not in seen:
                     seen.add(key)
-                    out.append(trainer.from_code(call, script.path))
+                    found = trainer.from_code(call, script.path)
+                    cls = self._class_defaults(script.path).get(call.name)
+                    if cls is not None:  # `MyArguments(...)`: the class's defaults under its keywords
+                        found = replace(found, values={**trainer.from_code(cls, script.path).values, **found.values})
+                    out.append(found)
+        return out
+
+    def _class_defaults(self, path: str | None) -> dict[str, KwCall]:
+        """The TrainingArguments subclasses `path` and the local modules it imports define, by name."""
+        out: dict[str, KwCall] = {}
+        todo = [path] if path else []
+        done: set[str] = set()
+        while todo:
+            cur = self.scripts.get(todo.pop())
+            if cur is None or cur.path in done:
+                continue
+            done.add(cur.path)
+            for cls in cur.training_defaults:
+                out.setdefault(cls.name, cls)
+            todo.extend(t for t, _, _ in cur.local_imports)
         return out
 
     @staticmethod

@@ -66,7 +66,7 @@ class Links:
             env[name] = EnvVar(name, None, f"<set by {argvmod.base(launch.interpreter)}>", None, True,
                                varies=name in ("RANK", "LOCAL_RANK", "GROUP_RANK"))
         if path is not None and self.run_generated(path, ShellState(env, ctx.state.cwd, False, {}, True, tuple(args),
-                                                                    cmd), ctx, ()):
+                                                                    cmd, opaque=cmd.opaque), ctx, ()):
             return
         if path is None or path.endswith(".py") or not self.exists(path):
             return
@@ -74,7 +74,7 @@ class Links:
             self.notes.append(Note(cmd.site.file, f"torchrun runs {target.text!r}, outside the job folder; "
                                                   "not read", cmd.site.line, "outside"))
             return
-        state = ShellState(env, ctx.state.cwd, False, {}, True, tuple(args), cmd)
+        state = ShellState(env, ctx.state.cwd, False, {}, True, tuple(args), cmd, opaque=cmd.opaque)
         self.referenced.add(path)
         self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, ())
 
@@ -124,7 +124,8 @@ class Links:
         """`bash -c '...'`, `bash x.sh args`, `./x.sh args`: walk what they run, in a new shell."""
         head = argvmod.base(rest[0].text)
         per_task = ctx.state.per_task or any(w.name in TASK_WRAPPERS for w in wrappers)
-        state = ShellState(dict(env), ctx.state.cwd, False, {}, per_task, None, ctx.state.parent)
+        state = ShellState(dict(env), ctx.state.cwd, False, {}, per_task, None, ctx.state.parent,
+                           opaque=ctx.state.opaque)
         if head in SHELL_NAMES:
             k = 1
             while k < len(rest) and rest[k].text.startswith("-") and rest[k].text != "-c":
@@ -153,6 +154,10 @@ class Links:
             self.notes.append(Note(site.file, f"runs {target.text!r}, outside the job folder; not read", site.line,
                                    "outside"))
             return False
+        if path in self._running:  # `bash ./job.sh` in job.sh: bash starts it again, and again
+            self.notes.append(Note(site.file, f"runs {target.text!r}, which is already running there (it starts "
+                                              "itself again); not followed", site.line, "recursive"))
+            return True
         self.referenced.add(path)
         self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, tuple(wrappers))
         return True

@@ -71,3 +71,31 @@ def items_count(items: list[Node], src: Source, lookup: Lookup, expand: Callable
             return None
         total += len(exp.fields)
     return total
+
+
+_WHILE_TEST = re.compile(r"""\s*(?:\[\[?\s*"?\$\{?([A-Za-z_]\w*)\}?"?\s+-(lt|le|ge|gt)\s+"?([^\s"\]]+)"?\s*\]\]?"""
+                         r"""|\(\(\s*\$?([A-Za-z_]\w*)\s*(<=|<|>=|>)\s*([^)]+?)\s*\)\))\s*;?\s*""")
+_UNTIL = {"ge": "lt", "gt": "le", ">=": "<", ">": "<="}  # `until [ $i -ge N ]` is `while [ $i -lt N ]`
+
+
+def counter_loop(cond: str, body: str, lookup: Lookup, until: bool = False) -> tuple[str, int | None] | None:
+    """(variable, iterations or None) of `while [ $i -lt N ]` / `while (( i < N ))` / `until [ $i -ge N ]`
+    whose body adds 1 to i (`i=$((i+1))`, `((i++))`, `let i++`, `i+=1` in arithmetic); None for any other loop."""
+    m = _WHILE_TEST.fullmatch(cond)
+    if m is None:
+        return None
+    var, op, hi_text = (m.group(1), m.group(2), m.group(3)) if m.group(1) else (m.group(4), m.group(5), m.group(6))
+    if (op in _UNTIL) != until:
+        return None
+    op = _UNTIL.get(op, op)
+    v = re.escape(var)
+    step = re.search(rf"\b{v}=\$\(\(\s*\$?{v}\s*\+\s*1\s*\)\)|\(\(\s*(?:{v}\s*(?:\+\+|\+=\s*1)|\+\+\s*{v})\s*\)\)"
+                     rf"|\blet\s+[\"']?(?:{v}\+\+|\+\+{v}|{v}\+=1|{v}={v}\+1)(?!\w)|\$\(\(\s*{v}\s*\+\+\s*\)\)", body)
+    if step is None:
+        return None
+    old = lookup(var)
+    lo = try_arith(old.value, lookup) if old is not None and old.value is not None else None
+    hi = try_arith(hi_text, lookup)
+    if lo is None or hi is None:
+        return var, None
+    return var, max(0, hi - lo + (1 if op in ("le", "<=") else 0))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from doctor.model import Evidence
@@ -132,6 +132,12 @@ class EnvVar:
     item_pieces: tuple[tuple[Piece, ...], ...] = ()  # the same per array item
     span: Span | None = None  # the value as written in the assignment (inside its quotes)
 
+    @property
+    def unfollowed(self) -> bool:
+        """Set by what the reader does not follow (`read`, `eval "$(...)"`, `export "$k=$v"`): its value is
+        known only when the job runs, and there is no assignment to edit."""
+        return self.value is None and self.site is not None and self.raw.startswith("<") and not self.varies
+
 
 @dataclass(frozen=True)
 class Loop:
@@ -245,6 +251,7 @@ class Command:
     cwd: str | None = None
     statement_line: int = 0  # the top-level statement of its file it runs in (a loop, an if...)
     shell_refs: tuple[str, ...] = ()  # the script's own unexported variables its words read (`$overrides`)
+    opaque: EnvVar | None = None  # `while read k v; do export "$k=$v"` above: any variable may be set there
 
     def word_at(self, index: int) -> Word | None:
         return self.argv_words[index] if 0 <= index < len(self.argv_words) else None
@@ -267,7 +274,12 @@ class Command:
         return None
 
     def var(self, name: str) -> EnvVar | None:
-        return self.env.get(name)
+        """The variable `name` the command runs with; unknown where the script set names it did not
+        spell (`opaque`): a variable not seen set may have been set there."""
+        var = self.env.get(name)
+        if var is None and self.opaque is not None:
+            return replace(self.opaque, name=name)
+        return var
 
     @property
     def tasks(self) -> int | None:
@@ -394,6 +406,7 @@ class PyScript:
     torchrun_main: Site | None = None
     main_guard: bool = False
     snippet_of: Site | None = None  # for role == snippet: the shell command it came from
+    training_defaults: tuple[KwCall, ...] = ()  # `class Args(TrainingArguments)`: its fields' defaults
 
     @property
     def ok(self) -> bool:

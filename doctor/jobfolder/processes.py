@@ -137,7 +137,7 @@ def _flow_file(job: Job, flow: int) -> str | None:
 def unresolved(job: Job) -> list[dict[str, Any]]:
     """The links gpu-doctor could not follow (a script outside the folder, a command substitution)."""
     return [{"file": job.rel(n.file), "line": n.line, "text": n.text} for n in job.notes
-            if n.kind in ("outside", "unresolved")]
+            if n.kind in ("outside", "unresolved", "recursive")]
 
 
 def job_json(job: Job) -> dict[str, Any]:

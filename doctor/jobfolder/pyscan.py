@@ -34,6 +34,7 @@ from doctor.jobfolder.model import (
 STREAM_CONTEXTS = {"torch.cuda.stream", "torch.cuda.StreamContext", "torch.cuda.streams.StreamContext"}
 CURRENT_STREAM = {"torch.cuda.current_stream"}
 TORCHRUN_MAINS = {"torch.distributed.run.main", "torch.distributed.launch.main", "torch.distributed.run.run"}
+EXITS = ("sys.exit", "exit", "quit", "os._exit", "SystemExit")
 TRAINING_ARGS_SUFFIXES = ("TrainingArguments", "SFTConfig", "DPOConfig", "GRPOConfig", "RewardConfig")
 CUDA_INIT_CALLS = {"torch.cuda.init", "torch.cuda.synchronize", "torch.cuda.mem_get_info",
                    "torch.cuda.current_device", "torch.cuda.set_device", "torch.empty_like"}
@@ -92,7 +93,9 @@ class _Scan(ast.NodeVisitor):
         self.trainer_names: set[str] = set()
         self.r: dict[str, Any] = {k: [] for k in (
             "imports", "scorep_imports", "init_pg", "destroy_pg", "ddp_wrap", "trainer_train", "hf_parser",
-            "training_args", "self_waits", "cuda_asserts", "cuda_ops", "profilers")}
+            "training_args", "self_waits", "cuda_asserts", "cuda_ops", "profilers", "training_defaults")}
+        self.args_classes: set[str] = set()  # TrainingArguments subclasses defined here
+        self.snippet = False  # a job script's `python -c` / here-document code
         self.r["uses_hf"] = False
         self.r["torchrun_main"] = None
         self.r["main_guard"] = False
@@ -195,6 +198,10 @@ class _Scan(ast.NodeVisitor):
         self.scopes.pop()
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        bases = [(self.qual(b) or "").rsplit(".", 1)[-1] for b in node.bases]
+        if any(b.endswith(TRAINING_ARGS_SUFFIXES) or b in self.args_classes for b in bases):
+            self.args_classes.add(node.name)
+            self._training_defaults(node)
         self.scopes.append(("class", node))
         self.generic_visit(node)
         self.scopes.pop()
@@ -258,6 +265,9 @@ class _Scan(ast.NodeVisitor):
             self.r["torchrun_main"] = self.r["torchrun_main"] or self.site(node)
         if self._is_cuda_op(node, q, attr):
             self.add("cuda_ops", self.site(node))
+        if (q in EXITS or (q == "print" and self.snippet)) and any(self._mentions_is_available(a) for a in node.args):
+            # `sys.exit(0 if torch.cuda.is_available() else 1)`; in `python -c`, `print(...) | grep -q True`
+            self.add("cuda_asserts", self.site(node))
         if q in PROFILERS or (q == "torch.autograd.profiler.profile"):
             self.add("profilers", self.site(node))
         self.generic_visit(node)
@@ -302,6 +312,27 @@ class _Scan(ast.NodeVisitor):
                     kwargs[kw.arg] = UNKNOWN
             sites[kw.arg] = self.site(kw.value)
         self.add("training_args", KwCall(self.site(node), q.rsplit(".", 1)[-1], kwargs, sites, star))
+
+    def _training_defaults(self, node: ast.ClassDef) -> None:
+        """`class Args(TrainingArguments)` fields: `load_best_model_at_end: bool = field(default=True)`,
+        `save_strategy: str = "epoch"`: the defaults a run gets without the flag."""
+        kwargs: dict[str, Any] = {}
+        sites: dict[str, Site] = {}
+        for stmt in node.body:
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None):
+                continue
+            value: ast.expr | None = stmt.value
+            if isinstance(value, ast.Call) and (self.qual(value.func) or "").rsplit(".", 1)[-1] == "field":
+                value = next((k.value for k in value.keywords if k.arg == "default"), None)
+            if value is None:
+                continue
+            try:
+                kwargs[stmt.target.id] = ast.literal_eval(value)
+            except (ValueError, SyntaxError, TypeError, RecursionError):
+                kwargs[stmt.target.id] = UNKNOWN
+            sites[stmt.target.id] = self.site(stmt)
+        if kwargs:
+            self.add("training_defaults", KwCall(self.site(node), node.name, kwargs, sites))
 
     # -- readiness tests and streams --------------------------------------
     def _mentions_is_available(self, node: ast.AST) -> bool:
@@ -382,6 +413,7 @@ def analyse(path: str, text: str, role: str, *, line_offset: int = 0, origin: Si
                         snippet_of=snippet_of)
     scan = _Scan(path, text.splitlines(), line_offset, entry=role in ("entry", "snippet", "launcher"),
                  deadline=deadline)
+    scan.snippet = role == "snippet"
     try:
         deadline.check()  # the parse alone may have taken the time
         scan.collect_aliases(tree)
@@ -397,4 +429,4 @@ def analyse(path: str, text: str, role: str, *, line_offset: int = 0, origin: Si
         tuple(r["init_pg"]), tuple(r["destroy_pg"]), tuple(r["ddp_wrap"]), tuple(r["trainer_train"]),
         bool(r["uses_hf"]), tuple(r["hf_parser"]), tuple(r["training_args"]), tuple(r["self_waits"]),
         tuple(r["cuda_asserts"]), tuple(r["cuda_ops"]), tuple(r["profilers"]), r["torchrun_main"],
-        bool(r["main_guard"]), snippet_of)
+        bool(r["main_guard"]), snippet_of, training_defaults=tuple(r["training_defaults"]))

@@ -218,7 +218,7 @@ def is_ddp(job: Job, entry: PyScript) -> tuple[bool, str]:
 
 def unfollowed(job: Job) -> list[Any]:
     """The links the walker could not follow: scripts outside the folder, command substitutions."""
-    return [n for n in job.notes if n.kind in ("outside", "unresolved")]
+    return [n for n in job.notes if n.kind in ("outside", "unresolved", "recursive")]
 
 
 def link_unknown(job: Job, what: str) -> Outcome | None:

@@ -20,10 +20,12 @@ class ShellState:
     per_task: bool = False
     args: tuple[Word, ...] | None = None  # None: the script's arguments are not known
     parent: Command | None = None
+    refs: dict[str, str] = field(default_factory=dict)  # `declare -n REF=NAME`: REF -> NAME
+    opaque: EnvVar | None = None  # where the script set variables whose names it did not spell
 
     def copy(self) -> ShellState:
         return ShellState(dict(self.vars), self.cwd, self.allexport, dict(self.functions), self.per_task,
-                          self.args, self.parent)
+                          self.args, self.parent, dict(self.refs), self.opaque)
 
 
 @dataclass

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from doctor.jobfolder import argv as argvmod
+from doctor.jobfolder import modulefiles
 from doctor.jobfolder.branches import Branches, clause_parts
 from doctor.jobfolder.expand import RANK_VARS, Expander, Expansion, sub_span
 from doctor.jobfolder.links import MAX_DEPTH, Links
-from doctor.jobfolder.loops import cfor_count, items_count, words_of
+from doctor.jobfolder.loops import cfor_count, counter_loop, items_count, words_of
 from doctor.jobfolder.model import (
     TASK_WRAPPERS,
     Command,
@@ -37,6 +38,7 @@ from doctor.jobfolder.model import (
     Wrapper,
 )
 from doctor.jobfolder.reading import Source as FileSource
+from doctor.jobfolder.reading import inside
 from doctor.jobfolder.recovery import STATEMENTS, chunks
 from doctor.jobfolder.sbatch import sbatch_options
 from doctor.jobfolder.state import Ctx, ShellState
@@ -213,13 +215,23 @@ class ShellWalker(Links, Branches):
             self.walk(body, replace(ctx, loop=loop))
 
     def _while(self, node: Node, ctx: Ctx) -> None:
+        """`while`/`until`; a counter loop (`while [ $rank -lt $N ]; do ...; rank=$((rank+1)); done`) is
+        read as the `for ((...))` it spells: its variable differs per iteration, N - start of them."""
         src = ctx.src
         line = src.line(src.start(node))
-        loop = Loop(None, None, Site(src.path, line, src.line_text(line)),
-                    "until" if node.children and node.children[0].type == "until" else "while")
-        inner = replace(ctx, loop=loop)
+        site = Site(src.path, line, src.line_text(line))
+        kind = "until" if node.children and node.children[0].type == "until" else "while"
         body = node.child_by_field_name("body")
-        for c in node.children_by_field_name("condition"):
+        conds = node.children_by_field_name("condition")
+        counter = counter_loop(" ".join(src.text_of(c) for c in conds), src.text_of(body) if body else "",
+                               ctx.state.vars.get, until=kind == "until")
+        loop = Loop(counter[0] if counter else None, counter[1] if counter else None, site, kind)
+        inner = replace(ctx, loop=loop)
+        if counter:
+            ctx.state.vars[counter[0]] = EnvVar(counter[0], None, f"<loop {line}>", site,
+                                                exported=bool((old := ctx.state.vars.get(counter[0])) and old.exported),
+                                                varies=True)
+        for c in conds:
             self.walk(c, replace(inner, condition=True))
         if body is not None:
             self.walk(body, inner)
@@ -264,7 +276,7 @@ class ShellWalker(Links, Branches):
         value_node = node.child_by_field_name("value")
         if name_node is None or name_node.type != "variable_name":
             return None
-        name = src.text_of(name_node)
+        name = ctx.state.refs.get(src.text_of(name_node), src.text_of(name_node))  # `declare -n`
         append = any(c.type == "+=" for c in node.children)
         line = src.line(src.start(node))
         site = Site(src.path, line, src.line_text(line))
@@ -304,9 +316,23 @@ class ShellWalker(Links, Branches):
         head = src.text_of(node.children[0]) if node.children else ""
         opts = [src.text_of(c) for c in node.children if c.type == "word" and src.text_of(c).startswith("-")]
         export = head == "export" or any("x" in o for o in opts if o.startswith("-"))
+        nameref = head in ("declare", "typeset", "local") and any(
+            "n" in o[1:] for o in opts if o.startswith("-") and not o.startswith("--"))  # `export -n` un-exports
         for c in named(node):
             if c.type == "command_substitution" and export:
                 self._export_file(c, ctx)
+            elif c.type == "variable_assignment" and nameref:  # `declare -n REF=NAME`: REF=x sets NAME
+                ref, target = c.child_by_field_name("name"), c.child_by_field_name("value")
+                if ref is not None and target is not None:
+                    exp = self._expand(target, ctx, split=False)
+                    line = src.line(src.start(c))
+                    if exp.known and re.fullmatch(r"[A-Za-z_]\w*", exp.value):
+                        ctx.state.refs[src.text_of(ref)] = exp.value
+                    else:
+                        self._opaque(ctx, Site(src.path, line, src.line_text(line)), f"declare -n on line {line}")
+            elif c.type in ("string", "concatenation", "simple_expansion", "expansion", "raw_string", "word") \
+                    and not src.text_of(c).startswith("-"):
+                self._dynamic_assign(c, ctx, export, head)
             elif c.type == "variable_assignment":
                 var = self._assign(c, ctx, export)
                 if var is not None:
@@ -320,6 +346,67 @@ class ShellWalker(Links, Branches):
                 elif export or head == "local":
                     ctx.state.vars[name] = EnvVar(name, "", "", Site(src.path, line, src.line_text(line)),
                                                   export)
+
+    def _dynamic_assign(self, node: Node, ctx: Ctx, export: bool, head: str) -> None:
+        """`export "$k=$v"`, `declare "$line"`: a name spelled by an expansion may be any variable;
+        `export 'X=1'` is X=1."""
+        src = ctx.src
+        line = src.line(src.start(node))
+        site = Site(src.path, line, src.line_text(line))
+        exp = self._expand(node, ctx, split=False)
+        m = re.fullmatch(r"([A-Za-z_]\w*)=(.*)", exp.value, re.S) if exp.known else None
+        named_as = re.match(r"""["']?([A-Za-z_]\w*)=""", src.text_of(node))  # `export "LD_PATH=$X/lib"`
+        if m is not None:
+            old = ctx.state.vars.get(m.group(1))
+            ctx.state.vars[m.group(1)] = EnvVar(m.group(1), m.group(2), src.text_of(node), site,
+                                                export or ctx.state.allexport or (old is not None and old.exported))
+        elif named_as is not None:
+            self._unknown([named_as.group(1)], ctx, site, f"{head} on line {line}", export=export)
+        elif not exp.known:
+            self._opaque(ctx, site, f"{head} {src.text_of(node)} on line {line}")
+
+    def _unknown(self, names: list[str], ctx: Ctx, site: Site, how: str, export: bool = False) -> None:
+        """Variables a builtin sets to what only the running job knows (`read`, `printf -v`, `mapfile`):
+        unknown from here on, never their older value."""
+        for raw in names:
+            name = ctx.state.refs.get(raw, raw)
+            if not re.fullmatch(r"[A-Za-z_]\w*", name):
+                self._opaque(ctx, site, how)
+                continue
+            old = ctx.state.vars.get(name)
+            ctx.state.vars[name] = EnvVar(name, None, f"<{how}>", site,
+                                          export or ctx.state.allexport or (old is not None and old.exported))
+
+    def _opaque(self, ctx: Ctx, site: Site, how: str) -> None:
+        """The script sets variables whose names only the running job knows (`eval "$(...)"`,
+        `export "$k=$v"` in a `while read` loop, `source <(...)`): every variable is unknown from here."""
+        marker = EnvVar("*", None, f"<maybe set by {how}>", site, True)
+        self.notes.append(Note(site.file, f"sets variables only known when the job runs ({how}); values read "
+                                          "after it are unknown", site.line, "unresolved"))
+        ctx.state.opaque = marker
+        for name, var in list(ctx.state.vars.items()):
+            if var.site is not None and var.value is not None:
+                ctx.state.vars[name] = EnvVar(name, None, marker.raw, site, var.exported, varies=var.varies)
+
+    def _eval(self, words: list[Word], ctx: Ctx, site: Site) -> None:
+        """`eval ARGS`: known words are run here as the shell would; else the names it assigns, as written,
+        are unknown (any name, when it runs what a command prints)."""
+        args = words[1:]
+        if not args:
+            return
+        if all(w.known for w in args):
+            code = args[0] if len(args) == 1 else Word(" ".join(w.text for w in args), args[0].span)
+            self.run_string(code, replace(ctx, heredoc=None))
+            return
+        raw = " ".join(w.text for w in args)  # an unknown expansion keeps its spelling
+        tool = re.match(r"""\s*["']?\$\(\s*([^\s)]+)""", raw)
+        if tool and argvmod.base(tool.group(1)) in ENV_TOOLS:  # `eval "$(conda shell.bash hook)"`
+            return
+        names = _ASSIGNED.findall(raw)
+        if names:
+            self._unknown(names, ctx, site, f"eval on line {site.line}", export="export" in raw)
+        if re.match(r"""\s*["']?[$`]""", raw) or re.search(r"""[;&|]\s*["']?[$`]""", raw) or not names:
+            self._opaque(ctx, site, f"eval on line {site.line}")
 
     # -- simple commands --------------------------------------------------
     def _command(self, node: Node, ctx: Ctx, extra_end: int | None = None) -> None:
@@ -355,8 +442,20 @@ class ShellWalker(Links, Branches):
         if not words[0].known:
             self.notes.append(Note(src.path, f"runs {src.text_of(word_nodes[0])!r}, which is only known when the "
                                              "job runs; not followed", line, "unresolved"))
-        wrappers, rest, env_ops = argvmod.strip_wrappers(argv)
+        unknown = frozenset(k for k, w in enumerate(words) if k and not w.known)
+        wrappers, rest, env_ops = argvmod.strip_wrappers(argv, unknown)
         first = len(argv) - len(rest)
+        pos = 0
+        for w in wrappers:
+            for k in range(pos + 1, pos + len(w.argv)):
+                if k in unknown:
+                    self.notes.append(Note(src.path, f"{w.name} gets {src.text_of(word_nodes[k]) if k < len(word_nodes) else argv[k]!r}, "
+                                                     f"which is only known when the job runs; read as {w.name}'s "
+                                                     "options", line, "unresolved"))
+            pos += len(w.argv)
+        if rest and first and not words[first].known:
+            self.notes.append(Note(src.path, f"runs {rest[0]!r}, which is only known when the job runs; not "
+                                             "followed", line, "unresolved"))
         rest_words = words[first:]
         wrappers = list(ctx.wrappers) + wrappers
         env = {k: v for k, v in ctx.state.vars.items() if v.exported}
@@ -402,7 +501,8 @@ class ShellWalker(Links, Branches):
             words=tuple(word_lines), end_line=end_line, argv_words=tuple(words), span=src.span(start, end),
             parent=ctx.state.parent, cwd=ctx.state.cwd,
             statement_line=ctx.top[1] if ctx.top is not None and ctx.top[0] == src.path else line,
-            shell_refs=tuple(dict.fromkeys(n for n in refs if n in ctx.state.vars and not ctx.state.vars[n].exported)))
+            shell_refs=tuple(dict.fromkeys(n for n in refs if n in ctx.state.vars and not ctx.state.vars[n].exported)),
+            opaque=ctx.state.opaque)
         self.commands.append(cmd)
         if launch is not None and launch.spawner is not None and launch.spawner.no_python and launch.inner is None:
             self._workers(cmd, rest_words, launch, ctx)
@@ -454,7 +554,23 @@ class ShellWalker(Links, Branches):
                 ctx.state.args = None
             return True
         if head in ("source", ".") and len(argv) > 1:
+            if argv[1].startswith(("<(", "/dev/stdin", "/dev/fd/")) or words[1].text.startswith("<("):
+                self._opaque(ctx, site, f"{head} {argv[1]} on line {site.line}")  # `source <(...)`
+                return True
             self._source(words[1], words[2:], ctx, site)
+            return True
+        if head == "eval":
+            self._eval(words, ctx, site)
+            return True
+        if head == "read":
+            self._unknown(_read_names(argv), ctx, site, f"read on line {site.line}")
+            return True
+        if head in ("mapfile", "readarray"):
+            names = [a for a in argv[1:] if not a.startswith("-")]
+            self._unknown(names[-1:] or ["MAPFILE"], ctx, site, f"{head} on line {site.line}")
+            return True
+        if head == "printf" and len(argv) > 2 and argv[1] == "-v":
+            self._printf_v(words, ctx, site)
             return True
         if head == "cd" and len(argv) > 1:
             if words[1].known:
@@ -465,8 +581,104 @@ class ShellWalker(Links, Branches):
                 f = self.files.get(ctx.src.path)
                 if f is not None:
                     self.files[ctx.src.path] = replace(f, module_loads=f.module_loads + (site,))
+            self._module(argv, words, ctx, site)
             return False
         return False
+
+    def _module(self, argv: list[str], words: list[Word], ctx: Ctx, site: Site) -> None:
+        """`module use DIR` (MODULEPATH), `module load NAME` / `ml NAME` of a modulefile in the job
+        folder: the variables it sets, each where its modulefile sets it."""
+        sub = argv[1] if len(argv) > 1 else ""
+        args = [a for a in argv[2:] if not a.startswith("-")]
+        if sub == "use":
+            dirs = [os.path.normpath(os.path.join(ctx.state.cwd, a)) for a in args]
+            old = ctx.state.vars.get("MODULEPATH")
+            rest = [old.value] if old is not None and old.value else []
+            value = ":".join(rest + dirs if {"-a", "--append"} & set(argv) else dirs + rest)
+            ctx.state.vars["MODULEPATH"] = EnvVar("MODULEPATH", value, value, site, True)
+            return
+        if argv[0] == "ml" and sub not in ("load", "add", "try-load"):
+            names = [a for a in argv[1:] if not a.startswith("-")] if sub not in _ML_COMMANDS else []
+        else:
+            names = args if sub in ("load", "add", "try-load", "try-add") else []
+        if not names or self.root is None:
+            return
+        dirs = [d for d in self._module_dirs(ctx) if inside(d, self.root)]
+        for name in names:
+            path = modulefiles.find(name, dirs)
+            if path is None:
+                continue
+            src = self.read(path)
+            if src.text is None:
+                self.notes.append(Note(site.file, f"loads module {name!r} from {path}, which cannot be read: "
+                                                  f"{src.problem}", site.line, "unresolved"))
+                continue
+            self.referenced.add(path)
+            for m in modulefiles.settings(path, src.text):
+                ctx.state.vars[m.name] = EnvVar(m.name, m.value, m.value, Site(path, m.line, m.text), True,
+                                                pieces=(Piece(m.value, m.span),), span=m.span)
+
+    def _module_dirs(self, ctx: Ctx) -> list[str]:
+        """MODULEPATH's folders as the script set it (`$PWD/modulefiles:$MODULEPATH` with $PWD known)."""
+        var = ctx.state.vars.get("MODULEPATH")
+        if var is None:
+            return []
+        text = var.value if var.value is not None else var.raw.strip("\"'")
+        out = []
+        for part in text.split(":"):
+            for name in ("PWD", "SLURM_SUBMIT_DIR", "HOME"):
+                known = ctx.state.vars.get(name)
+                if known is not None and known.value is not None:
+                    part = part.replace("${" + name + "}", known.value).replace("$" + name, known.value)
+            if part and "$" not in part:
+                out.append(os.path.normpath(os.path.join(ctx.state.cwd, part)))
+        return out
+
+    def _printf_v(self, words: list[Word], ctx: Ctx, site: Site) -> None:
+        """`printf -v NAME FORMAT ARGS`: the value when FORMAT is %s/%d and every word is known, else unknown."""
+        name = ctx.state.refs.get(words[2].text, words[2].text)
+        fmt, args = (words[3], words[4:]) if len(words) > 3 else (None, [])
+        value = None
+        if fmt is not None and words[2].known and fmt.known and all(a.known for a in args):
+            specs = re.findall(r"%[sdi]", fmt.text)
+            if len(specs) == len(args) and "%" not in re.sub(r"%[sdi]|%%", "", fmt.text) and "\\" not in fmt.text:
+                parts = re.split(r"%[sdi]", fmt.text)
+                value = parts[0] + "".join(a.text + p for a, p in zip(args, parts[1:], strict=True))
+                value = value.replace("%%", "%")
+        if value is None or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            self._unknown([name], ctx, site, f"printf -v on line {site.line}")
+            return
+        old = ctx.state.vars.get(name)
+        ctx.state.vars[name] = EnvVar(name, value, fmt.text if fmt is not None else value, site,
+                                      ctx.state.allexport or (old is not None and old.exported))
+
+
+_ML_COMMANDS = {"use", "unuse", "unload", "purge", "list", "avail", "spider", "save", "restore", "show", "help",
+                "swap", "reset", "keyword", "whatis", "rm", "del"}
+# what `eval "$(TOOL ...)"` runs to set up its own tool, never Score-P's or the launch's variables
+ENV_TOOLS = {"conda", "mamba", "micromamba", "pyenv", "rbenv", "ssh-agent", "spack", "brew", "luarocks"}
+_ASSIGNED = re.compile(r"(?<![\w$])([A-Za-z_]\w*)\+?=")
+_READ_VALUE_OPTS = {"-a", "-d", "-i", "-n", "-N", "-p", "-t", "-u"}
+
+
+def _read_names(argv: list[str]) -> list[str]:
+    """The variables `read [-r] [-p PROMPT] ... NAME...` sets (REPLY without a name)."""
+    names: list[str] = []
+    k = 1
+    while k < len(argv):
+        a = argv[k]
+        if a in _READ_VALUE_OPTS:
+            if a == "-a" and k + 1 < len(argv):
+                names.append(argv[k + 1])
+            k += 2
+            continue
+        if a.startswith("-") and len(a) > 1:
+            k += 1
+            continue
+        names.append(a)
+        k += 1
+    return names or ["REPLY"]
+
 
 def _inside_quotes(src: Source, node: Node) -> Span:
     """The span of a value as written, inside its quotes when the whole value is one quoted string."""

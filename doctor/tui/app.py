@@ -30,7 +30,7 @@ from doctor.sanitize import shown
 from doctor.tui.diagnosis_view import DiagnosisPanel
 from doctor.tui.options import Options
 from doctor.tui.status import STATUS_ICON, STATUS_STYLE, status_text
-from doctor.verdict import counts, exit_code
+from doctor.verdict import blocking, counts, exit_code, not_checked
 
 
 class CheckUpdate(Message):
@@ -279,11 +279,13 @@ class DoctorApp(App[int]):
                  for s in Status if c[s.value]]
         if self.run_result is not None and not self.checks_running:
             bad = exit_code(self.run_result, self.options.fail_on)
-            if bad:
+            unread = not_checked(self.run_result)  # the job was not read: not ready, and not a finding either
+            if bad and (unread is None or blocking(self.run_result.results, self.options.fail_on)):
                 head = Text(" NOT READY ", style="bold white on red")
-            elif nothing_checked(self.run_result):
-                head = Text(" NOTHING CHECKED ", style="bold black on grey70")
-                parts.append(Text(nothing_checked_why(self.case), style="dim"))
+            elif unread is not None or nothing_checked(self.run_result):
+                head = Text(f" {unread[0] if unread else 'NOTHING CHECKED'} ", style="bold black on grey70")
+                why = nothing_checked_why(self.case) if nothing_checked(self.run_result) or unread is None else unread[1]
+                parts.append(Text(why, style="dim"))
             else:
                 head = Text(" READY ", style="bold white on green")
         else:
