@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from collections.abc import Callable
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType

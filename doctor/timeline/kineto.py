@@ -170,7 +170,7 @@ def read_kineto(path: Path, step_regex: re.Pattern[str], window: str = "region",
                     key = (device, args.get("stream", event.get("tid")))
                     stream = streams.setdefault(key, len(streams))
                     if device not in devices:
-                        devices.append(device)
+                        devices.append(device if isinstance(device, int) else str(device))
                     fixed = GPU_CATS[cat]
                     kind = int(fixed) if fixed is not None else int(region_kind(name))
                     gpu.append((start, end, stream, kind, correlation if isinstance(correlation, int) else None))

@@ -51,7 +51,7 @@ def find_stragglers(ranks: Sequence[RankTimeline]) -> Stragglers | None:
         steps -= 1
     per_step = []
     for k in range(steps):
-        arrivals = [(s[k], name) for name, s in starts if s[k] is not None]
+        arrivals: list[tuple[float, int | str]] = [(t, name) for name, s in starts if (t := s[k]) is not None]
         if len(arrivals) < 2:
             continue
         latest, who = max(arrivals, key=lambda a: a[0])

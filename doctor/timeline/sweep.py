@@ -253,7 +253,7 @@ class RankSweep:
             time, totals, busy_end, gaps = self.last, self.totals, self.busy_end, self.gaps
         last_end = busy_end if busy_end >= 0 else time
         return HtaCut(self.resolution, self.first_kernel, last_end, totals[0], totals[1], totals[2], totals[3],
-                      *gaps, self.step_count >= 2 and self.cut is not None)
+                      gaps[0], gaps[1], gaps[2], self.step_count >= 2 and self.cut is not None)
 
     def steps(self, region: str) -> StepSummary | None:
         if not self.step_count:
