@@ -456,7 +456,7 @@ static PyObject *outside(const Sweep *s, const Context *c)
 static PyObject *state(const Sweep *s, const Context *c)
 {
     return Py_BuildValue(
-        "{s:L,s:N,s:N,s:L,s:L,s:L,s:N,s:N,s:L,s:N,s:y#,s:y#,s:y#,s:L,s:L,s:L,s:i,s:N,s:N,s:N,s:N}",
+        "{s:L,s:N,s:N,s:L,s:L,s:L,s:N,s:N,s:L,s:N,s:y#,s:y#,s:y#,s:L,s:L,s:L,s:i,s:N,s:N,s:N,s:N,s:L}",
         "last", (long long)s->last, "active", int_list(s->active, 4), "totals", int_list(s->totals, NTOTALS),
         "unmatched_leaves", (long long)s->unmatched_leaves, "out_of_order", (long long)s->out_of_order,
         "step_depth", (long long)s->step_depth,
@@ -469,7 +469,7 @@ static PyObject *state(const Sweep *s, const Context *c)
         (Py_ssize_t)(s->comm_len * sizeof(int64_t)),
         "first_kernel", (long long)s->first_kernel, "busy_end", (long long)s->busy_end,
         "events", (long long)s->events, "overflow", s->overflow, "gaps", int_list(s->gaps, 3), "cut", cut(s),
-        "regions", regions(s, c->nrefs), "out_of_range", outside(s, c));
+        "regions", regions(s, c->nrefs), "out_of_range", outside(s, c), "comm_last", (long long)s->comm_last);
 }
 
 /* -- the module ---------------------------------------------------------------------------------- */

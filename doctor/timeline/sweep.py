@@ -83,7 +83,7 @@ class RankSweep:
         """A sweep in the state the C reader (`_sweep.c`) left it in, ready for `finish`."""
         sweep = cls(start, resolution, window, keep_steps)
         for name in ("last", "unmatched_leaves", "out_of_order", "step_depth", "step_count", "first_kernel",
-                     "busy_end", "events"):
+                     "busy_end", "events", "comm_last"):
             setattr(sweep, name, state[name])
         sweep.overflow = bool(state["overflow"])
         sweep.active = list(state["active"])
