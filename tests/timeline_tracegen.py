@@ -66,8 +66,14 @@ def write_rank_trace(folder: Path, kernels: Iterable[Kernel], steps: Sequence[tu
 
 def write_trace(folder: Path, processes: Sequence[Process], *, step_region: str = "train_step",
                 program: tuple[int, int] | None = None, resolution: int = 1_000_000_000,
-                legacy_groups: bool = False) -> Path:
-    """Write an experiment folder holding several processes (an MPI-style single trace)."""
+                legacy_groups: bool = False, first_region_ref: int | None = None,
+                clock: tuple[int, int] | None = None, event_counts: dict[str, int] | None = None) -> Path:
+    """Write an experiment folder holding several processes (an MPI-style single trace).
+
+    Damage, as broken writers leave it: `first_region_ref` numbers the regions from there (refs
+    near 2^32), `clock` sets the clock range (first, last tick) the definitions announce whatever
+    the events say, `event_counts` the event counter of the locations named (0: what a
+    low-level writer leaves)."""
     import otf2
     from otf2.enums import LocationGroupType, LocationType, Paradigm, RegionRole
 
@@ -78,6 +84,8 @@ def write_trace(folder: Path, processes: Sequence[Process], *, step_region: str 
     folder.mkdir(parents=True, exist_ok=True)
     with otf2.writer.open(str(folder), "traces", timer_resolution=resolution) as trace:
         defs = trace.definitions
+        if first_region_ref is not None:
+            defs.regions._ref = first_region_ref - 1
         machine = defs.system_tree_node("machine")
         node = defs.system_tree_node("node0", parent=machine)
         main_region = defs.region("main", region_role=RegionRole.FUNCTION, paradigm=Paradigm.USER)
@@ -105,6 +113,11 @@ def write_trace(folder: Path, processes: Sequence[Process], *, step_region: str 
                         regions[k.name] = defs.region(k.name, region_role=role, paradigm=Paradigm.CUDA)
                     writer.enter(k.start, regions[k.name])
                     writer.leave(k.end, regions[k.name])
+        for w in trace._event_writers.values():
+            if w._location.name in (event_counts or {}):
+                w._location._number_of_events_written = (event_counts or {})[w._location.name]
+        if clock is not None:
+            trace._first_timestamp, trace._last_timestamp = clock
     return folder
 
 

@@ -575,6 +575,15 @@ done:
     return result;
 }
 
+static OTF2_CallbackCode count_location(void *data, OTF2_LocationRef self, OTF2_StringRef name,
+                                        OTF2_LocationType type, uint64_t events, OTF2_LocationGroupRef group)
+{
+    (void)self; (void)name; (void)type; (void)events; (void)group;
+    (*(uint64_t *)data)++;
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+/* As otf2-print does: the anchor's counts of definitions and locations must be what is there. */
 static PyObject *check_trace(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -593,11 +602,22 @@ static PyObject *check_trace(PyObject *self, PyObject *args)
     if (!defs) {
         snprintf(problem, sizeof problem, "cannot read the definitions: %s", last_error[0] ? last_error : "OTF2 error");
     } else {
-        uint64_t read = 0;
+        uint64_t read = 0, locations = 0, want_defs = 0, want_locations = 0;
+        OTF2_GlobalDefReaderCallbacks *callbacks = OTF2_GlobalDefReaderCallbacks_New();
+        OTF2_GlobalDefReaderCallbacks_SetLocationCallback(callbacks, count_location);
+        OTF2_Reader_RegisterGlobalDefCallbacks(reader, defs, callbacks, &locations);
+        OTF2_GlobalDefReaderCallbacks_Delete(callbacks);
         code = OTF2_Reader_ReadAllGlobalDefinitions(reader, defs, &read);
         if (code != OTF2_SUCCESS)
             snprintf(problem, sizeof problem, "cannot read the definitions: %s",
                      last_error[0] ? last_error : OTF2_Error_GetName(code));
+        else if (OTF2_Reader_GetNumberOfGlobalDefinitions(reader, &want_defs) != OTF2_SUCCESS || want_defs != read)
+            snprintf(problem, sizeof problem, "the anchor file announces %llu global definitions, %llu are there",
+                     (unsigned long long)want_defs, (unsigned long long)read);
+        else if (OTF2_Reader_GetNumberOfLocations(reader, &want_locations) != OTF2_SUCCESS
+                 || want_locations != locations)
+            snprintf(problem, sizeof problem, "the anchor file announces %llu locations, %llu are defined",
+                     (unsigned long long)want_locations, (unsigned long long)locations);
         OTF2_Reader_CloseGlobalDefReader(reader, defs);
     }
     OTF2_Reader_Close(reader);

@@ -15,8 +15,8 @@ the result equals reading the whole run at once.
 from __future__ import annotations
 
 import json
-from array import array
 import stat
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -28,9 +28,9 @@ from doctor.timeline.model import (
     SCHEMA,
     Breakdown,
     HtaCut,
-    RegionTime,
     ProfileSums,
     RankTimeline,
+    RegionTime,
     Step,
     StepSummary,
     TimelineReport,

@@ -89,6 +89,7 @@ def _read(trace: Any, experiment: Path, step_regex: re.Pattern[str], window: str
     threshold = gap_threshold(resolution)
     sweeps = [RankSweep(start, resolution, window, keep_steps, threshold) for _ in ranks]
     out_of_range: dict[int, int] = {}
+    _check_with_system_library(experiment / "traces.otf2")
     if selection.locations:
         if path == creader.C:
             try:
@@ -101,7 +102,6 @@ def _read(trace: Any, experiment: Path, step_regex: re.Pattern[str], window: str
             for state in states:
                 out_of_range.update(dict(state["out_of_range"]))
         else:
-            _check_with_system_library(experiment / "traces.otf2")
             out_of_range = _stream(trace, selection, sweeps, on_events, _otf2)
     region_name = ", ".join(sorted(set(selection.step_regions.values()))) or ""
     timelines = []
@@ -218,7 +218,8 @@ def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int
 
 def _check_with_system_library(anchor: Path) -> None:
     """The otf2 package bundles its own OTF2 library: a file the system's library (the one
-    otf2-print and the C reader use) rejects is rejected here too, where the C reader is built."""
+    otf2-print and the C reader use) rejects is rejected by both readers, where the C reader is
+    built; the anchor's counts are checked as otf2-print checks them."""
     problem = creader.system_check(anchor)
     if problem:
         raise TraceError(f"{anchor}: the system's OTF2 library rejects it ({problem})")
