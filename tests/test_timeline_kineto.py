@@ -100,3 +100,6 @@ def test_a_profile_only_run_gets_the_hint_to_trace(tmp_path: Path, capsys: pytes
     out = capsys.readouterr().out
     assert "hint: only a profile (sums, no timeline): set SCOREP_ENABLE_TRACING=true for a trace" in out
     assert "hint: no GPU kernels: measure CUDA with `python -m scorep --cuda`" in out
+    # what the sums can say: where the CPU time went, per experiment
+    assert "CPU time per experiment (profile: exclusive time of the regions on the CPU locations)" in out
+    assert "__main__:main 8." in out

@@ -153,12 +153,14 @@ def rank_timeline(doc: Mapping[str, Any]) -> RankTimeline:
 
 
 def profile_sums(doc: Mapping[str, Any]) -> ProfileSums:
-    names = {f.name: f.name for f in fields(ProfileSums)}
+    names = {f.name: f.name for f in fields(ProfileSums) if f.name != "regions"}
     names.update(wall="wall_s", compute_sum="compute_sum_s", comm_sum="comm_sum_s", other_sum="other_sum_s",
                  step_time="step_time_s")
     values = {field: doc[key] for field, key in names.items()}
     values["experiment"] = Path(values["experiment"])
     values["notes"] = tuple(values["notes"])
+    values["regions"] = tuple(RegionTime(str(r["name"]), float(r["exclusive_s"]), int(r["visits"]), str(r["category"]))
+                              for r in (doc.get("regions") or {}).get("top", []))
     return ProfileSums(**values)
 
 

@@ -34,7 +34,8 @@ JSON document (`TimelineReport.to_json()`, `schema` = "gpu-doctor.timeline/1"):
   `comm`: kernels started in the window).
 - `profiles[]` (Cube profiles where no trace exists): `experiment`, `kind` = "sums, no overlap
   information", `wall_s`, `compute_sum_s`, `comm_sum_s`, `other_sum_s`, `compute_visits`,
-  `comm_visits`, `step_count`, `step_time_s`, `notes`.
+  `comm_visits`, `step_count`, `step_time_s`, `notes`, `regions` (as for a trace: the top CPU
+  regions by exclusive time and the four categories).
 - `scaling[]`: `run`, `ranks`, `basis` ("median step" or "run wall"), `time_s`,
   `throughput` (ranks / time, relative units: samples/s for a fixed per-rank batch),
   `speedup`, `efficiency` (speedup / (ranks / smallest ranks)), `exposed_comm_share`.
@@ -304,9 +305,17 @@ class ProfileSums:
     step_count: int
     step_time: float
     notes: tuple[str, ...] = ()
+    regions: tuple[RegionTime, ...] = ()      # CPU regions by exclusive time (all of them)
+
+    def categories(self) -> dict[str, float]:
+        out = dict.fromkeys(CATEGORIES, 0.0)
+        for region in self.regions:
+            out[region.category] += region.exclusive
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {"experiment": str(self.experiment), "label": self.label, "rank": self.rank,
+                "regions": {"top": [r.to_json() for r in self.regions[:8]], "categories": self.categories()},
                 "kind": PROFILE_KIND, "wall_s": self.wall, "compute_sum_s": self.compute_sum,
                 "comm_sum_s": self.comm_sum, "other_sum_s": self.other_sum,
                 "compute_visits": self.compute_visits, "comm_visits": self.comm_visits,

@@ -80,6 +80,8 @@ def render(report: TimelineReport, console: Console, every_step: bool = False) -
                     console.print(_straggler_table(found))
         if run.profiles:
             console.print(_profile_table(run))
+            if any(p.regions for p in run.profiles):
+                console.print(_profile_cpu_table(run))
         for hint in run_hints(run):
             console.print(f"  [bold]hint:[/bold] {escape(hint)}", soft_wrap=True, highlight=False)
         console.print()
@@ -175,6 +177,17 @@ def _cpu_table(run: RunTimeline) -> Table:
         table.add_row(escape(_rank_name(rank)), seconds(rank.whole_run.seconds(rank.whole_run.wall)),
                       str(steps.count) if steps else "0", seconds(steps.median_wall) if steps else "-",
                       *(seconds(c[k]) for k in ("collectives", "compute", "data_loading", "other")), escape(top))
+    return table
+
+
+def _profile_cpu_table(run: RunTimeline) -> Table:
+    table = _table("CPU time per experiment (profile: exclusive time of the regions on the CPU locations)",
+                   "experiment", "collectives", "compute", "data loading", "other", "top regions")
+    for p in run.profiles:
+        c = p.categories()
+        top = "; ".join(f"{r.name} {seconds(r.exclusive)}" for r in p.regions[:3])
+        table.add_row(escape(p.label), *(seconds(c[k]) for k in ("collectives", "compute", "data_loading", "other")),
+                      escape(top))
     return table
 
 
