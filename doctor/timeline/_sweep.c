@@ -55,7 +55,9 @@ typedef struct {
     int64_t first_kernel, busy_end, comm_last, gaps[3];
     int has_cut;
     int64_t cut_time, cut_totals[NTOTALS], cut_busy_end, cut_gaps[3];
-    int64_t *exclusive, *visits; /* per region position, + 1 for refs without a definition */
+    int64_t *exclusive, *visits; /* per region position, + 1 for refs without a definition; made at the
+                                    rank's first CPU event (a rank without CPU events costs nothing) */
+    size_t nregions;
     int window_iteration;
     int failed; /* out of memory */
 } Sweep;
@@ -226,6 +228,12 @@ static void step_leave(Sweep *s, int64_t t)
 /* CPU regions: exclusive time goes to the region on top of the thread's stack. */
 static void region_enter(Sweep *s, Location *loc, int64_t t, int64_t pos)
 {
+    if (!s->exclusive) {
+        s->exclusive = calloc(s->nregions + 1, sizeof *s->exclusive);
+        s->visits = calloc(s->nregions + 1, sizeof *s->visits);
+        if (!s->exclusive || !s->visits) { s->failed = 1; free(s->exclusive); free(s->visits);
+                                           s->exclusive = s->visits = NULL; return; }
+    }
     if (loc->depth) {
         int64_t dt = t - loc->cpu_last;
         if (dt > 0) s->exclusive[loc->stack[loc->depth - 1]] += dt;
@@ -243,7 +251,7 @@ static void region_enter(Sweep *s, Location *loc, int64_t t, int64_t pos)
 
 static void region_leave(Sweep *s, Location *loc, int64_t t)
 {
-    if (loc->depth) {
+    if (loc->depth && s->exclusive) {
         int64_t dt = t - loc->cpu_last;
         if (dt > 0) s->exclusive[loc->stack[loc->depth - 1]] += dt;
         loc->depth--;
@@ -428,7 +436,7 @@ static PyObject *cut(const Sweep *s)
 static PyObject *regions(const Sweep *s, size_t nrefs)
 {
     PyObject *list = PyList_New(0);
-    if (!list) return NULL;
+    if (!list || !s->exclusive) return list;
     for (size_t i = 0; i <= nrefs; i++) {
         if (!s->visits[i] && !s->exclusive[i]) continue;
         PyObject *row = Py_BuildValue("(nLL)", i == nrefs ? (Py_ssize_t)-1 : (Py_ssize_t)i,
@@ -531,9 +539,7 @@ static PyObject *read_trace(PyObject *self, PyObject *args)
         s->gap_threshold = gap_threshold;
         s->window_iteration = window == 1;
         s->first_kernel = s->busy_end = s->comm_last = -1;
-        s->exclusive = calloc(nrefs + 1, sizeof *s->exclusive);
-        s->visits = calloc(nrefs + 1, sizeof *s->visits);
-        if (!s->exclusive || !s->visits) { PyErr_NoMemory(); goto done; }
+        s->nregions = nrefs;
     }
     if (parse_locations(locations, &c, sweeps, ranks) < 0) goto done;
     c.refs = refs.buf; c.nrefs = nrefs;
