@@ -12,11 +12,13 @@ the CPU thread. Then, each in a fresh process:
                   every event), events/s by wall time and per CPU second
      analysis     `read_trace` with the C reader (the full per-step breakdown) in one process,
                   i.e. on one core: events/s by wall time and per CPU second
-     ratio        analysis / otf2-print, per CPU second (target >= 0.5x), and by wall time
+     ratio        analysis / otf2-print, per CPU second, and by wall time (target >= 1x, issue 30:
+                  with HTA's figures, the CPU regions and the clock checks in the sweep)
      python       the Python reader on a `--python-events` trace, for reference
 2. A run of `--ranks` ranks of `--rank-events` records each (the ranks' files are hard links of
    one generated rank): `analyse(jobs=1)` against `analyse(jobs=--jobs)`: wall time, speedup,
-   peak RSS per worker, and the check that both reports are identical.
+   peak RSS per worker, and the check that both reports are identical (target: --jobs 2 >= 1.5x
+   --jobs 1 on two 5 M-event ranks, on 2 idle cores: `--ranks 2 --rank-events 5000000`).
 
 Run it when the machine is quiet; it prints the load average (`uptime`) with the figures.
 """
@@ -190,7 +192,7 @@ def figure_reader(events: int, python_events: int, repeat: int) -> float:
         print(f"   {name:<28} {r['seconds']:6.2f} s wall {r['cpu']:6.2f} s CPU   "
               f"{rate(r, 'seconds'):>12,.0f} events/s wall  {rate(r, 'cpu'):>12,.0f} events/CPU-s")
     ratio = rate(analysis, "cpu") / rate(printed, "cpu")
-    print(f"   ratio analysis / otf2-print = {ratio:.2f}x per CPU second (target >= 0.5x), "
+    print(f"   ratio analysis / otf2-print = {ratio:.2f}x per CPU second (target >= 1x), "
           f"{rate(analysis, 'seconds') / rate(printed, 'seconds'):.2f}x by wall time")
     if python_events:
         small = cached_trace(python_events)

@@ -271,3 +271,20 @@ def test_a_broken_analysis_becomes_a_note(tmp_path: Path, monkeypatch: pytest.Mo
     assert tl is not None and (tl["status"], tl["note"]) == (status, says)
     paragraphs = report_timeline.blocks(tl)
     assert paragraphs == [report_timeline.Para(says)]
+
+
+def test_report_names_the_straggler_and_shows_htas_metrics(tmp_path: Path) -> None:
+    from timeline_tracegen import write_planted_otf2
+
+    root = tmp_path / "job"
+    write_planted_otf2(root)
+    doc = json_report(root, tmp_path)
+    stragglers = doc["timeline"]["result"]["runs"][0]["stragglers"]
+    assert stragglers["culprit"] == 5 and stragglers["stability"] == pytest.approx(0.70)
+    md = render_md.render(doc)
+    assert ("Stragglers over 20 steps: rank 5 entered the step's last collective last in 70 % of the steps "
+            "(culprit stability 0.70)") in md
+    assert "| Rank | idle_time | compute_time | non_compute_time | host_wait | kernel_wait | other | " \
+           "comp_comm_overlap_pctg |" in md
+    assert md_row("rank 5", "33.07", "60.82", "6.11", "n/a", "1.23", "98.77", "72.64") in md
+    assert "| Rank | Basis | Computation | Overlapping | Communication | Other |" in md

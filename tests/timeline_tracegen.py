@@ -66,8 +66,14 @@ def write_rank_trace(folder: Path, kernels: Iterable[Kernel], steps: Sequence[tu
 
 def write_trace(folder: Path, processes: Sequence[Process], *, step_region: str = "train_step",
                 program: tuple[int, int] | None = None, resolution: int = 1_000_000_000,
-                legacy_groups: bool = False) -> Path:
-    """Write an experiment folder holding several processes (an MPI-style single trace)."""
+                legacy_groups: bool = False, first_region_ref: int | None = None,
+                clock: tuple[int, int] | None = None, event_counts: dict[str, int] | None = None) -> Path:
+    """Write an experiment folder holding several processes (an MPI-style single trace).
+
+    Damage, as broken writers leave it: `first_region_ref` numbers the regions from there (refs
+    near 2^32), `clock` sets the clock range (first, last tick) the definitions announce whatever
+    the events say, `event_counts` the event counter of the locations named (0: what a
+    low-level writer leaves)."""
     import otf2
     from otf2.enums import LocationGroupType, LocationType, Paradigm, RegionRole
 
@@ -78,6 +84,8 @@ def write_trace(folder: Path, processes: Sequence[Process], *, step_region: str 
     folder.mkdir(parents=True, exist_ok=True)
     with otf2.writer.open(str(folder), "traces", timer_resolution=resolution) as trace:
         defs = trace.definitions
+        if first_region_ref is not None:
+            defs.regions._ref = first_region_ref - 1
         machine = defs.system_tree_node("machine")
         node = defs.system_tree_node("node0", parent=machine)
         main_region = defs.region("main", region_role=RegionRole.FUNCTION, paradigm=Paradigm.USER)
@@ -105,6 +113,11 @@ def write_trace(folder: Path, processes: Sequence[Process], *, step_region: str 
                         regions[k.name] = defs.region(k.name, region_role=role, paradigm=Paradigm.CUDA)
                     writer.enter(k.start, regions[k.name])
                     writer.leave(k.end, regions[k.name])
+        for w in trace._event_writers.values():
+            if w._location.name in (event_counts or {}):
+                w._location._number_of_events_written = (event_counts or {})[w._location.name]
+        if clock is not None:
+            trace._first_timestamp, trace._last_timestamp = clock
     return folder
 
 
@@ -189,3 +202,141 @@ def require_c_reader() -> None:
     if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
         pytest.fail(f"CI must build the C reader: {creader.why_not()}")
     pytest.skip(creader.why_not())
+
+
+# -- the planted DDP run, as torch.profiler (Kineto) traces and as OTF2 -----------------------------
+#
+# 8 ranks, 21 profiler steps of 10 ms. Per step, on stream 7: 8 forward kernels (300 µs, gaps of
+# 20 µs: kernel waits), a 200 µs host wait, 8 backward kernels (400 µs, gaps of 50 µs: "other");
+# on stream 20: two AllReduce buckets under the backward pass (hidden), then the step's last
+# AllReduce after it (exposed), which every rank leaves together once the last one has arrived,
+# then two optimizer kernels. Rank 5 arrives 800 µs late in 14 of the first 20 steps (HTA, and
+# gpu-doctor with it, leave the last step out): a straggler share and stability of 0.70.
+
+PLANTED_RANKS = 8
+PLANTED_STEPS = 21
+STEP_US = 10_000
+STRAGGLER = 5
+LATE_STEPS = frozenset({0, 1, 2, 4, 5, 7, 8, 9, 11, 12, 14, 15, 17, 18})   # 14 of steps 0..19
+DELAY_US = 800
+T0_US = 1_700_000_000_000
+
+
+@dataclass(frozen=True)
+class PlantedKernel:
+    stream: int
+    start: int       # µs, absolute
+    end: int
+    name: str
+    launch: int      # µs: when the CPU launched it
+
+
+def _jitter(rank: int, step: int) -> int:
+    return (rank * 7 + step * 3) % 11
+
+
+def planted_kernels(rank: int) -> list[PlantedKernel]:
+    out = []
+    for i in range(PLANTED_STEPS):
+        base = T0_US + i * STEP_US
+        for k in range(8):
+            s = base + 200 + k * 320
+            out.append(PlantedKernel(7, s, s + 300, ELEMENTWISE, s - 100))
+        for k in range(8):
+            s = base + 2940 + k * 450
+            out.append(PlantedKernel(7, s, s + 400, GEMM, s - 10 if k == 0 else s - 100))
+        for s in (base + 3400, base + 4800):
+            out.append(PlantedKernel(20, s, s + 900, NCCL_ALLREDUCE, s - 100))
+        late = rank == STRAGGLER and i in LATE_STEPS
+        arrivals = [(DELAY_US if i in LATE_STEPS else 0) if r == STRAGGLER else _jitter(r, i)
+                    for r in range(PLANTED_RANKS)]
+        start = base + 6600 + arrivals[rank]
+        end = base + 6600 + max(arrivals) + 400
+        out.append(PlantedKernel(20, start, end, NCCL_ALLREDUCE, start - (10 if late else 100)))
+        for s in (end + 50, end + 300):
+            out.append(PlantedKernel(7, s, s + 200, GEMM, s - 100))
+    return out
+
+
+def planted_steps() -> list[tuple[int, int]]:
+    return [(T0_US + i * STEP_US, T0_US + i * STEP_US + STEP_US - 10) for i in range(PLANTED_STEPS)]
+
+
+def cpu_profile(folder: Path) -> Path:
+    """A real torch.profiler trace of a tiny model on the CPU, PLANTED_STEPS steps (its CPU events)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.randn(8, 16)
+    folder.mkdir(parents=True, exist_ok=True)
+    # Without a schedule this torch records no ProfilerStep#N of its own: the loop writes them
+    # as the profiler does (a record_function, category user_annotation).
+    with profile(activities=[ProfilerActivity.CPU],
+                 on_trace_ready=torch.profiler.tensorboard_trace_handler(str(folder))) as prof:
+        for i in range(PLANTED_STEPS):
+            with torch.profiler.record_function(f"ProfilerStep#{i + 1}"):
+                optimizer.zero_grad()
+                model(data).sum().backward()
+                optimizer.step()
+            prof.step()
+    return next(folder.glob("*.pt.trace.json"))
+
+
+def write_planted_kineto(folder: Path, cpu_trace: Path, kernel_name: str = NCCL_ALLREDUCE) -> list[Path]:
+    """One `*.pt.trace.json` per rank: the CPU events of `cpu_trace`, each profiler step moved
+    onto the planted step's window, plus the planted kernels and their cudaLaunchKernel records
+    in the JSON Kineto writes for CUDA activity."""
+    import json
+
+    source = json.loads(cpu_trace.read_text())
+    cpu_events = [e for e in source["traceEvents"] if e.get("ph") == "X" and "ts" in e]
+    steps_real = sorted((e for e in cpu_events if str(e.get("name", "")).startswith("ProfilerStep#")),
+                        key=lambda e: e["ts"])[:PLANTED_STEPS]
+    planted = planted_steps()
+    pid = next((e["pid"] for e in steps_real), 1)
+    tid = next((e["tid"] for e in steps_real), 1)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank in range(PLANTED_RANKS):
+        events: list[dict[str, object]] = [e for e in source["traceEvents"] if e.get("ph") == "M"]
+        for i, step in enumerate(steps_real):
+            a, b = float(step["ts"]), float(step["ts"]) + float(step["dur"])
+            base, _ = planted[i]
+            scale = (STEP_US - 40) / max(b - a, 1e-3)
+            events.append({**step, "name": f"ProfilerStep#{i + 1}", "ts": base, "dur": STEP_US - 10})
+            for e in cpu_events:
+                if e is step or str(e.get("name", "")).startswith("ProfilerStep#") or not a <= e["ts"] < b:
+                    continue
+                ts = base + 10 + int((float(e["ts"]) - a) * scale)
+                stop = base + 10 + int((min(float(e["ts"]) + float(e.get("dur", 0)), b) - a) * scale)
+                events.append({**e, "ts": ts, "dur": max(stop - ts, 0)})
+        for n, k in enumerate(planted_kernels(rank)):
+            correlation = 1_000_000 + n
+            name = kernel_name if k.name == NCCL_ALLREDUCE else k.name
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid,
+                           "tid": tid + 1, "ts": k.launch, "dur": 5,
+                           "args": {"correlation": correlation, "External id": correlation}})
+            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": k.stream, "ts": k.start,
+                           "dur": k.end - k.start,
+                           "args": {"External id": correlation, "device": 0, "stream": k.stream,
+                                    "correlation": correlation, "registers per thread": 32, "grid": [1, 1, 1],
+                                    "block": [128, 1, 1]}})
+        doc = {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": PLANTED_RANKS},
+               **{key: value for key, value in source.items() if key not in ("traceEvents", "distributedInfo")},
+               "traceEvents": events}
+        path = folder / f"node0_{4000 + rank}.{1700000000 + rank}.pt.trace.json"
+        path.write_text(json.dumps(doc))
+        paths.append(path)
+    return paths
+
+
+def write_planted_otf2(folder: Path) -> list[Path]:
+    """The same planted run as Score-P-shaped OTF2, one `scorep_rank_N` per rank (ns ticks)."""
+    paths = []
+    for rank in range(PLANTED_RANKS):
+        kernels = [Kernel(k.stream, k.start * 1000, k.end * 1000, k.name) for k in planted_kernels(rank)]
+        steps = [(a * 1000, b * 1000) for a, b in planted_steps()]
+        paths.append(write_rank_trace(folder / f"scorep_rank_{rank}", kernels, steps))
+    return paths

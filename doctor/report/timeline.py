@@ -47,7 +47,8 @@ def measured_experiments(root: Path) -> list[Path]:
     from doctor.timeline.discover import find_experiments
 
     return [e for e in find_experiments(root)
-            if (e / "traces.otf2").is_file() or (e / "profile.cubex").is_file()]
+            if e.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))   # torch.profiler, one per rank
+            or (e / "traces.otf2").is_file() or (e / "profile.cubex").is_file()]
 
 
 def section(root: Path | None, budget_s: float) -> dict[str, Any] | None:
@@ -253,8 +254,20 @@ def _run_blocks(run: Mapping[str, Any]) -> list[Block]:
         if any(r.get("steps") for r in ranks):
             out.append(Table(f"Run {label}: per step, per rank (mean over the steps; timeline)",
                              ("Rank", "Steps", "Median step", *BREAKDOWN_HEADERS), [_step_row(r) for r in ranks]))
+        if any(r.get("hta") for r in ranks):
+            out.append(Table(f"Run {label}: Holistic Trace Analysis' metrics, per rank (HTA's names, %)",
+                             HTA_HEADERS, [_hta_row(r) for r in ranks]))
+            out.append(Table(f"Run {label}: TensorBoard's split of the step time, per rank (%)",
+                             ("Rank", "Basis", "Computation", "Overlapping", "Communication", "Other"),
+                             [_tensorboard_row(r) for r in ranks]))
+        if not all(r.get("gpu_locations") for r in ranks):
+            out.append(Table(f"Run {label}: CPU time per rank (no GPU streams: exclusive time of the CPU regions)",
+                             ("Rank", "Collectives", "Compute", "Data loading", "Other", "Top regions"),
+                             [_cpu_row(r) for r in ranks]))
+        out += [Para(line) for line in straggler_lines(run.get("stragglers"))]
         out += [Para(line) for r in ranks for line in contrast_lines(r)]
         out += [Para(f"{rank_name(r)}: {n}", muted=True) for r in ranks for n in r.get("notes") or []]
+        out += [Para(f"Hint: {h}") for h in dict.fromkeys(h for r in ranks for h in r.get("hints") or [])]
     if profiles:
         out.append(Table(f"Run {label}: profile ({PROFILE_KIND})",
                          ("Experiment", "Wall", "Σ compute", "Σ comm", "Σ copies", "Kernels", "NCCL kernels",
@@ -265,6 +278,49 @@ def _run_blocks(run: Mapping[str, Any]) -> list[Block]:
         out += [Para(f"{p.get('label')}: {n}", muted=True) for p in profiles for n in p.get("notes") or []]
     out += [Para(str(n), muted=True) for n in run.get("notes") or []]
     return out
+
+
+HTA_HEADERS = ("Rank", "idle_time", "compute_time", "non_compute_time", "host_wait", "kernel_wait", "other",
+               "comp_comm_overlap_pctg")
+
+
+def _pctg(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _hta_row(rank: Mapping[str, Any]) -> tuple[str, ...]:
+    hta = rank.get("hta")
+    if not hta:
+        return (rank_name(rank), *["-"] * (len(HTA_HEADERS) - 1))
+    tb, idle = hta["temporal_breakdown"], hta["idle_breakdown"]
+    return (rank_name(rank), _pctg(tb.get("idle_time_pctg")), _pctg(tb.get("compute_time_pctg")),
+            _pctg(tb.get("non_compute_time_pctg")),
+            _pctg(idle.get("host_wait_pctg")) if idle.get("host_wait_known") else "n/a",
+            _pctg(idle.get("kernel_wait_pctg")), _pctg(idle.get("other_pctg")), _pctg(hta.get("comp_comm_overlap_pctg")))
+
+
+def _tensorboard_row(rank: Mapping[str, Any]) -> tuple[str, ...]:
+    tb = rank.get("tensorboard") or {}
+    return (rank_name(rank), str(tb.get("basis", "-")),
+            *(_pctg(tb.get(f"{k}_pctg")) for k in ("computation", "overlapping", "communication", "other")))
+
+
+def _cpu_row(rank: Mapping[str, Any]) -> tuple[str, ...]:
+    regions = rank.get("regions") or {}
+    c = regions.get("categories") or {}
+    top = "; ".join(f"{r.get('name')} {seconds(r.get('exclusive_s'))}" for r in (regions.get("top") or [])[:3])
+    return (rank_name(rank), *(seconds(c.get(k)) for k in ("collectives", "compute", "data_loading", "other")), top)
+
+
+def straggler_lines(found: Any) -> list[str]:
+    """Who entered the steps' last collective last, and how steady that was."""
+    if not isinstance(found, Mapping) or not found.get("steps"):
+        return []
+    shares = ", ".join(f"rank {r} {100 * v:.0f} %" for r, v in sorted((found.get("share") or {}).items(),
+                                                                       key=lambda kv: -kv[1]) if v)
+    return [f"Stragglers over {count(int(found['steps']), 'step')}: rank {found.get('culprit')} entered the step's "
+            f"last collective last in {100 * float(found.get('stability') or 0):.0f} % of the steps (culprit "
+            f"stability {float(found.get('stability') or 0):.2f}); last arrivals: {shares}."]
 
 
 def _step_row(rank: Mapping[str, Any]) -> tuple[str, ...]:

@@ -68,3 +68,24 @@ def compile_step_regex(text: str | None) -> re.Pattern[str]:
         return re.compile(DEFAULT_STEP_REGEX if text is None else text)
     except re.error as exc:
         raise ValueError(f"invalid --step-regex {text!r}: {exc}") from None
+
+
+# CPU regions (Score-P's Python regions `module:function`, torch.profiler's ops and annotations),
+# for runs without GPU streams: where the CPU time went.
+_COLLECTIVE = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|broadcast|barrier|all_?to_?all|nccl|gloo|"
+                         r"c10d|ProcessGroup|MPI_|distributed[.:]", re.IGNORECASE)
+_DATA = re.compile(r"DataLoader|_next_data|__next__|collate|fetch|__getitem__|torch\.utils\.data|"
+                   r"data_?load|load_batch|get_batch|enumerate\(DataLoader", re.IGNORECASE)
+_COMPUTE = re.compile(r"forward|backward|optimizer|optim\.|autograd|aten::|matmul|conv|linear|loss|"
+                      r"train(?:ing)?_step|zero_grad|\bstep\b|ProfilerStep", re.IGNORECASE)
+
+
+def cpu_category(name: str) -> str:
+    """"collectives", "data_loading", "compute" or "other" for a CPU region's name."""
+    if _COLLECTIVE.search(name):
+        return "collectives"
+    if _DATA.search(name):
+        return "data_loading"
+    if _COMPUTE.search(name):
+        return "compute"
+    return "other"

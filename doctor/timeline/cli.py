@@ -25,17 +25,20 @@ def build_parser() -> Parser:
     from doctor.timeline.parallel import default_jobs
 
     p = Parser(prog="gpu-doctor timeline", description=(
-        "Overlap-aware compute/communication breakdown from Score-P traces: per rank and per step, "
-        "GPU busy, compute, NCCL communication, the part hidden under compute, the exposed part and "
-        "idle time, by interval arithmetic on the timeline (and the plain sums a profile would show)."))
+        "Overlap-aware compute/communication breakdown from Score-P (OTF2) and torch.profiler (Kineto JSON) "
+        "traces: per rank and per step, GPU busy, compute, NCCL communication, the part hidden under compute, "
+        "the exposed part and idle time, by interval arithmetic on the timeline (and the plain sums a profile "
+        "would show); Holistic Trace Analysis' metrics under HTA's names, TensorBoard's split, and stragglers "
+        "across steps."))
     p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="experiment folders, a run folder holding scorep_rank_N/, or a folder of runs")
+                   help="experiment folders, a run folder holding scorep_rank_N/ or *.pt.trace.json files "
+                        "(torch.profiler, one per rank), or a folder of runs")
     p.add_argument("--json", action="store_true", help="print the JSON document on stdout")
     p.add_argument("--step-regex", metavar="R",
                    help=f"regex searched in region names to find training steps (default {DEFAULT_STEP_REGEX})")
     p.add_argument("--window", choices=WINDOWS, default="region",
                    help="a step is its region's span (region, default) or runs to the next step's start")
-    p.add_argument("--steps", action="store_true", help="also list every step")
+    p.add_argument("--steps", action="store_true", help="also list every step (and each step's last arrival)")
     p.add_argument("--keep-steps", type=int, default=10_000, metavar="N",
                    help="steps per rank kept one by one (totals always cover all steps)")
     p.add_argument("--jobs", type=positive_int, default=default_jobs(), metavar="N",

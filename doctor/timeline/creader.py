@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -34,6 +35,15 @@ class Selection:
     step_regions: dict[int, str]
     start: int
     resolution: int
+    end: int = 0
+    names: dict[int, str] = field(default_factory=dict)          # location ref -> name
+    region_names: dict[int, str] = field(default_factory=dict)   # region ref -> name
+
+    @property
+    def refs(self) -> list[int]:
+        """The defined region refs, sorted: the C reader maps refs to these positions (a ref
+        near 2^32 costs nothing more than a small one)."""
+        return sorted(set(self.region_names) | set(self.kinds))
 
 
 @functools.cache
@@ -72,20 +82,26 @@ def choose(reader: str) -> str:
 
 
 def stream(anchor: Path, selection: Selection, window: str, keep_steps: int, ranks: int,
-           on_events: Callable[[int], None] | None) -> list[dict[str, Any]]:
+           on_events: Callable[[int], None] | None, gap_threshold: int = 1) -> list[dict[str, Any]]:
     """Sweep the selected locations in C; one state per rank slot for `RankSweep.restore`.
     Raises RuntimeError with the OTF2 library's message when the events cannot be read."""
     module = _extension()[0]
     assert module is not None, why_not()
-    size = max([*selection.kinds, *selection.step_regions, -1]) + 1
-    kinds = bytearray([1]) * size            # refs without a definition count as compute, as in Python
-    steps = bytearray(size)
-    for ref, kind in selection.kinds.items():
-        kinds[ref] = kind
-    for ref in selection.step_regions:
-        steps[ref] = 1
+    refs = selection.refs
+    kinds = bytes(selection.kinds.get(ref, 1) for ref in refs)   # undefined refs count as compute, as in Python
+    steps = bytes(1 if ref in selection.step_regions else 0 for ref in refs)
     locations = [(int(loc._ref), slot, is_gpu) for loc, slot, is_gpu in selection.locations]
     states: list[dict[str, Any]] = module.read(
-        str(anchor), locations, bytes(kinds), bytes(steps), selection.start, 1 if window == "iteration" else 0,
-        keep_steps, ranks, BATCH, on_events)
+        str(anchor), locations, array("Q", refs).tobytes(), kinds, steps, selection.start, selection.end,
+        1 if window == "iteration" else 0, keep_steps, ranks, BATCH, on_events, gap_threshold)
     return states
+
+
+def system_check(anchor: Path) -> str:
+    """What the system's OTF2 library (the C reader's) says against the trace's anchor and
+    global definitions: "" when it reads them, or where the C reader is not built."""
+    module = _extension()[0]
+    if module is None:
+        return ""
+    problem: str = module.check(str(anchor))
+    return problem

@@ -21,6 +21,7 @@ _EXPERIMENT_NAME = re.compile(r"^scorep[-_]", re.IGNORECASE)
 _PER_RANK_NAME = re.compile(r"rank[-_]?\d+$|^scorep-measurement-tmp$|^scorep-failed", re.IGNORECASE)
 _DIGITS = re.compile(r"(\d+)")
 MAX_DEPTH = 5
+KINETO_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")   # one file per rank: the folder is the run
 VIRTUAL = frozenset({"/proc", "/sys", "/dev", "/run"})  # never hold traces; /proc alone is huge
 
 
@@ -47,15 +48,23 @@ def is_experiment(path: Path) -> bool:
 
 
 def find_experiments(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
-    """Experiment folders at or below `root` (a folder, or a `traces.otf2`/`profile.cubex` file)."""
+    """Experiment folders at or below `root` (a folder, or a `traces.otf2`/`profile.cubex` file),
+    and torch.profiler traces (`*.pt.trace.json` files, one per rank: each is an experiment)."""
+    from doctor.timeline.kineto import is_kineto, kineto_files
+
     try:
         if root.is_file():
+            if is_kineto(root):
+                return [root]
             return [root.parent] if root.name in ("traces.otf2", "profile.cubex") else []
         has_data = (root / "traces.otf2").is_file() or (root / "profile.cubex").is_file()
     except OSError:
         return []
     if has_data:
         return [root]
+    kineto = kineto_files(root)
+    if kineto:
+        return kineto
     found: list[Path] = []
     _walk(root, max_depth, found)
     # only named like one (`examples/scorep-ddp-trace` holding scorep_rank_N/): its experiments count
@@ -69,8 +78,13 @@ def _walk(folder: Path, depth: int, found: list[Path]) -> None:
                           and e.path not in VIRTUAL), key=natural_key)
     except OSError:
         return
+    from doctor.timeline.kineto import kineto_files
+
     for entry in entries:
-        if is_experiment(entry):
+        kineto = kineto_files(entry)
+        if kineto:
+            found.extend(kineto)
+        elif is_experiment(entry):
             found.append(entry)       # never descend into an experiment (its traces/ may be huge)
         elif depth > 1:
             _walk(entry, depth - 1, found)
@@ -82,7 +96,8 @@ def group_runs(roots: list[Path]) -> list[RunFolder]:
     labels: dict[Path, str] = {}
     for root in roots:
         for experiment in find_experiments(root):
-            key = experiment.parent if _PER_RANK_NAME.search(experiment.name) else experiment
+            per_rank = _PER_RANK_NAME.search(experiment.name) or experiment.name.endswith(KINETO_SUFFIXES)
+            key = experiment.parent if per_rank else experiment
             runs.setdefault(key, []).append(experiment)
             labels.setdefault(key, _label(root, key))
     return [RunFolder(key, labels[key], tuple(sorted(set(exps), key=natural_key)))

@@ -107,6 +107,8 @@ def read_experiment(experiment: Path, options: ReadOptions, on_events: Callable[
                 and (part is None or index * part[1] // total == part[0]))
 
     failed = False
+    if experiment.name.endswith((".pt.trace.json", ".pt.trace.json.gz")):
+        return _read_kineto(experiment, options, on_events)
     if (experiment / "traces.otf2").is_file():
         try:
             ranks = read_trace(experiment, options.step_regex, options.window, options.keep_steps,
@@ -129,10 +131,25 @@ def read_experiment(experiment: Path, options: ReadOptions, on_events: Callable[
     return ExperimentRead(experiment, notes=tuple(notes), failed=failed)
 
 
+def _read_kineto(path: Path, options: ReadOptions, on_events: Callable[[int], None] | None) -> ExperimentRead:
+    from doctor.timeline.kineto import KinetoError, read_kineto
+
+    try:
+        rank = read_kineto(path, options.step_regex, options.window, options.keep_steps, on_events)
+    except KinetoError as exc:
+        return ExperimentRead(path, notes=(str(exc),), failed=True)
+    if options.rank_range is not None and rank.rank not in options.rank_range:
+        return ExperimentRead(path)
+    return ExperimentRead(path, (rank,), events=rank.events)
+
+
 def build_run(label: str, path: Path, reads: Iterable[ExperimentRead]) -> RunTimeline:
     """A run from its experiment folders' reads, in folder order (also what --merge rebuilds)."""
     reads = list(reads)
     ranks = [rank for read in reads for rank in read.ranks]
+    if ranks and all(rank.format == "kineto" for rank in ranks):
+        # torch.profiler's file names say nothing of the rank: order by distributedInfo.rank
+        ranks.sort(key=lambda r: (r.rank is None, r.rank or 0, r.label))
     profiles = [read.profile for read in reads if read.profile is not None]
     notes = [note for read in reads for note in read.notes]
     if ranks and profiles:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import stat
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -26,8 +27,10 @@ from doctor.timeline.experiment import ExperimentRead, build_run, is_run_summary
 from doctor.timeline.model import (
     SCHEMA,
     Breakdown,
+    HtaCut,
     ProfileSums,
     RankTimeline,
+    RegionTime,
     Step,
     StepSummary,
     TimelineReport,
@@ -127,23 +130,37 @@ def rank_timeline(doc: Mapping[str, Any]) -> RankTimeline:
     if steps:
         kept = tuple(Step(int(s["index"]), round(float(s["start_s"]) * resolution), breakdown(s, resolution))
                      for s in steps["list"])
+        starts = array("q", (-1 if t is None else round(float(t) * resolution)
+                             for t in steps.get("collective_starts_s", [])))
         summary = StepSummary(str(steps["region"]), int(steps["count"]), breakdown(steps["total"], resolution),
                               float(steps["median_wall_s"]), float(steps["min_wall_s"]),
-                              float(steps["max_wall_s"]), step_rows(kept))
+                              float(steps["max_wall_s"]), step_rows(kept), starts)
+    hta = doc.get("hta")
+    cut = None
+    if hta:
+        ticks = [int(t) for t in hta["ticks"]]
+        cut = HtaCut(resolution, ticks[0], ticks[1], ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7],
+                     ticks[8], hta["window"].startswith("up to"), bool(hta["idle_breakdown"]["host_wait_known"]))
+    regions = tuple(RegionTime(str(r["name"]), float(r["exclusive_s"]), int(r["visits"]), str(r["category"]))
+                    for r in (doc.get("regions") or {}).get("top", []))
     return RankTimeline(label=str(doc["label"]), rank=doc["rank"], experiment=Path(doc["experiment"]),
                         devices=tuple(doc["devices"]), gpu_locations=tuple(doc["gpu_locations"]),
                         resolution=resolution, events=int(doc["events"]),
                         whole_run=breakdown(doc["whole_run"], resolution), steps=summary,
-                        notes=tuple(doc.get("notes", [])), reader=str(doc.get("reader", "python")))
+                        notes=tuple(doc.get("notes", [])), reader=str(doc.get("reader", "python")),
+                        hta=cut, regions=regions, format=str(doc.get("format", "otf2")),
+                        hints=tuple(doc.get("hints", [])))
 
 
 def profile_sums(doc: Mapping[str, Any]) -> ProfileSums:
-    names = {f.name: f.name for f in fields(ProfileSums)}
+    names = {f.name: f.name for f in fields(ProfileSums) if f.name != "regions"}
     names.update(wall="wall_s", compute_sum="compute_sum_s", comm_sum="comm_sum_s", other_sum="other_sum_s",
                  step_time="step_time_s")
     values = {field: doc[key] for field, key in names.items()}
     values["experiment"] = Path(values["experiment"])
     values["notes"] = tuple(values["notes"])
+    values["regions"] = tuple(RegionTime(str(r["name"]), float(r["exclusive_s"]), int(r["visits"]), str(r["category"]))
+                              for r in (doc.get("regions") or {}).get("top", []))
     return ProfileSums(**values)
 
 

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from doctor.timeline.classify import Kind, gpu_device, region_kind, role_name
-from doctor.timeline.model import ProfileSums
+from doctor.timeline.classify import Kind, cpu_category, gpu_device, region_kind, role_name
+from doctor.timeline.model import ProfileSums, RegionTime
 from doctor.timeline.trace import _RANK_IN_FOLDER, _reason
 
 
@@ -50,10 +50,17 @@ def _sums(cube: Any, experiment: Path, step_regex: re.Pattern[str]) -> ProfileSu
     sums = {Kind.COMPUTE: 0.0, Kind.COMM: 0.0, Kind.OTHER: 0.0}
     counts = {Kind.COMPUTE: 0, Kind.COMM: 0, Kind.OTHER: 0}
     step_time, step_count = 0.0, 0
+    cpu_time: dict[str, list[float]] = {}     # region -> [exclusive s on the CPU locations, visits]
     stack = [(root, False) for root in cube.get_root_cnodes()]
     while stack:
         cnode, inside_step = stack.pop()
         region = cnode.region
+        if cpu:
+            exclusive_cpu = time.cnode_values(cnode, convert_to_exclusive=True)
+            entry = cpu_time.setdefault(region.name, [0.0, 0])
+            entry[0] += float(sum(exclusive_cpu[i] for i in cpu))
+            if visits is not None:
+                entry[1] += int(sum(visits.cnode_values(cnode, convert_to_exclusive=True)[i] for i in cpu))
         kind = region_kind(region.name, role_name(region.role))
         if gpu and kind:
             exclusive = time.cnode_values(cnode, convert_to_exclusive=True)
@@ -81,4 +88,6 @@ def _sums(cube: Any, experiment: Path, step_regex: re.Pattern[str]) -> ProfileSu
         experiment=experiment, label=experiment.name, rank=int(folder[1]) if folder else None,
         wall=wall, compute_sum=sums[Kind.COMPUTE], comm_sum=sums[Kind.COMM], other_sum=sums[Kind.OTHER],
         compute_visits=counts[Kind.COMPUTE], comm_visits=counts[Kind.COMM],
-        step_count=step_count, step_time=step_time, notes=tuple(notes))
+        step_count=step_count, step_time=step_time, notes=tuple(notes),
+        regions=tuple(RegionTime(name, t, int(v), cpu_category(name)) for name, (t, v) in
+                      sorted(cpu_time.items(), key=lambda kv: (-kv[1][0], kv[0])) if t > 0 or v))

@@ -21,10 +21,11 @@ from typing import Any
 
 from doctor.safeopen import trace_problem
 from doctor.timeline import creader
-from doctor.timeline.classify import Kind, gpu_device, region_kind, role_name
+from doctor.timeline.classify import Kind, cpu_category, gpu_device, region_kind, role_name
 from doctor.timeline.creader import Selection
-from doctor.timeline.model import RankTimeline
+from doctor.timeline.model import RankTimeline, RegionTime
 from doctor.timeline.sweep import RankSweep
+from doctor.wording import count
 
 BATCH = 100_000
 _RANK_IN_FOLDER = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -45,7 +46,7 @@ class _Rank:
     slot: int
     gpu_locations: list[str] = field(default_factory=list)
     devices: list[int | str] = field(default_factory=list)
-    events: int = 0
+    location_refs: set[int] = field(default_factory=set)
 
 
 def read_trace(experiment: Path, step_regex: re.Pattern[str], window: str = "region",
@@ -84,42 +85,101 @@ def _read(trace: Any, experiment: Path, step_regex: re.Pattern[str], window: str
     clock = defs.clock_properties
     resolution = int(clock.timer_resolution) or 1
     start, end = int(clock.global_offset), int(clock.global_offset) + int(clock.trace_length)
-    ranks, selection = _select(defs, experiment, step_regex, start, resolution, keep_rank)
-    sweeps = [RankSweep(start, resolution, window, keep_steps) for _ in ranks]
+    ranks, selection = _select(defs, experiment, step_regex, start, end, resolution, keep_rank)
+    threshold = gap_threshold(resolution)
+    sweeps = [RankSweep(start, resolution, window, keep_steps, threshold) for _ in ranks]
+    out_of_range: dict[int, int] = {}
+    _check_with_system_library(experiment / "traces.otf2")
     if selection.locations:
         if path == creader.C:
             try:
                 states = creader.stream(experiment / "traces.otf2", selection, window, keep_steps, len(ranks),
-                                        on_events)
+                                        on_events, threshold)
             except RuntimeError as exc:   # the OTF2 library's own words
                 raise TraceError(f"{experiment / 'traces.otf2'}: cannot read the events ({exc})") from None
-            sweeps = [RankSweep.restore(start, resolution, window, keep_steps, state) for state in states]
+            sweeps = [RankSweep.restore(start, resolution, window, keep_steps, state, selection.refs)
+                      for state in states]
+            for state in states:
+                out_of_range.update(dict(state["out_of_range"]))
         else:
-            _stream(trace, selection, sweeps, on_events, _otf2)
+            out_of_range = _stream(trace, selection, sweeps, on_events, _otf2)
     region_name = ", ".join(sorted(set(selection.step_regions.values()))) or ""
     timelines = []
     for (number, label), rank in ranks:
         sweep = sweeps[rank.slot]
         notes = sweep.finish(end)
+        if sweep.overflow:
+            raise TraceError(f"{experiment / 'traces.otf2'}: {label}: the time sums overflow 64 bits (a damaged "
+                             "timestamp or clock?); no figures are given for it")
+        for ref, n in sorted(out_of_range.items()):
+            if ref in rank.location_refs:
+                notes.append(f"{count(n, 'event')} on location {selection.names.get(ref, ref)!r} lie outside the "
+                             f"trace's clock range ({start}..{end} ticks): damaged timestamps, not counted")
         if not rank.gpu_locations:
             notes.insert(0, "no GPU locations in this rank: CUDA was not recorded (python -m scorep "
                             "needs --cuda; see SCP002/ART002)")
         if not selection.step_regions:
             notes.append(f"no step region matches /{step_regex.pattern}/; only whole-run figures")
+        steps = sweep.steps(region_name)
         timelines.append(RankTimeline(
             label=label, rank=number, experiment=experiment, devices=tuple(rank.devices),
-            gpu_locations=tuple(rank.gpu_locations), resolution=resolution, events=rank.events,
-            whole_run=sweep.whole_run(), steps=sweep.steps(region_name), notes=tuple(notes), reader=path))
+            gpu_locations=tuple(rank.gpu_locations), resolution=resolution, events=sweep.events,
+            whole_run=sweep.whole_run(), steps=steps, notes=tuple(notes), reader=path,
+            hta=sweep.hta_cut() if rank.gpu_locations else None,
+            regions=top_regions(sweep, selection.region_names, resolution),
+            hints=otf2_hints(bool(rank.gpu_locations), steps is not None)))
     return timelines
 
 
-def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int, resolution: int,
+TOP_REGIONS = 8
+
+
+def gap_threshold(resolution: int) -> int:
+    """HTA's consecutive_kernel_delay in ticks: gaps between a stream's kernels shorter than it
+    are kernel waits. HTA's default is 30, documented as nanoseconds and compared with Kineto's
+    timestamps, which are microseconds: 30 µs is what HTA does, so that is what this does."""
+    return max(1, round(30e-6 * resolution))
+
+
+def top_regions(sweep: RankSweep, names: dict[int, str], resolution: int) -> tuple[RegionTime, ...]:
+    """The CPU regions with the most exclusive time (all of them, for the categories, above a
+    TOP_REGIONS cut they are folded into one "other regions" entry)."""
+    rows = sorted(((names.get(ref, "(regions without a definition)"), excl, visits) for ref, (excl, visits) in sweep.regions.items()),
+                  key=lambda r: (-r[1], r[0]))
+    out = [RegionTime(name, excl / resolution, visits, cpu_category(name)) for name, excl, visits in rows]
+    if len(out) <= TOP_REGIONS:
+        return tuple(out)
+    rest: dict[str, list[float]] = {}
+    for r in out[TOP_REGIONS:]:
+        entry = rest.setdefault(r.category, [0.0, 0])
+        entry[0] += r.exclusive
+        entry[1] += r.visits
+    folded = [RegionTime(f"({count(int(v), 'visit')} in other {category.replace('_', ' ')} regions)", t, int(v),
+                         category) for category, (t, v) in rest.items()]
+    return (*out[:TOP_REGIONS], *folded)
+
+
+def otf2_hints(gpu: bool, steps: bool) -> tuple[str, ...]:
+    """What to turn on for more, when the trace lacks GPU streams or steps."""
+    hints = []
+    if not gpu:
+        hints.append("no GPU streams: measure CUDA with `python -m scorep --cuda` (a Score-P built with CUDA) "
+                     "and SCOREP_ENABLE_TRACING=true")
+    if not steps:
+        hints.append("no training steps: wrap each iteration in a `train_step` user region "
+                     "(`with scorep.user.region(\"train_step\"):`), or pass --step-regex")
+    return tuple(hints)
+
+
+def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int, end: int, resolution: int,
             keep_rank: RankFilter | None) -> tuple[list[tuple[tuple[int | None, str], _Rank]], Selection]:
-    """The ranks (by identity, in rank order) and the locations whose events matter."""
+    """The ranks (by identity, in rank order) and the locations whose events matter. The event
+    counts in the definitions are a hint (a low-level writer leaves them 0): never a filter."""
     import otf2
 
+    region_names = {region._ref: region.name for region in defs.regions}
     kinds = {region._ref: int(region_kind(region.name, role_name(region.region_role))) for region in defs.regions}
-    step_regions = {region._ref: region.name for region in defs.regions if step_regex.search(region.name)}
+    step_regions = {ref: name for ref, name in region_names.items() if step_regex.search(name)}
     processes = [g for g in defs.location_groups
                  if g.location_group_type == otf2.LocationGroupType.PROCESS]
     wanted = []
@@ -139,6 +199,7 @@ def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int
             by_group[key] = _Rank(groups[key], len(ranks))
             ranks.append((identity, by_group[key]))
     selected = []
+    names = {}
     for location, key, is_gpu in wanted:
         rank = by_group.get(key)
         if rank is None:
@@ -149,38 +210,67 @@ def _select(defs: Any, experiment: Path, step_regex: re.Pattern[str], start: int
             device_id: int | str = device if device is not None else location.group.name
             if device_id not in rank.devices:
                 rank.devices.append(device_id)
-        if location.number_of_events and (is_gpu or step_regions):
-            selected.append((location, rank.slot, is_gpu))
-            rank.events += int(location.number_of_events)
-    return ranks, Selection(selected, kinds, step_regions, start, resolution)
+        selected.append((location, rank.slot, is_gpu))
+        rank.location_refs.add(location._ref)
+        names[location._ref] = location.name
+    return ranks, Selection(selected, kinds, step_regions, start, resolution, end, names, region_names)
+
+
+def _check_with_system_library(anchor: Path) -> None:
+    """The otf2 package bundles its own OTF2 library: a file the system's library (the one
+    otf2-print and the C reader use) rejects is rejected by both readers, where the C reader is
+    built; the anchor's counts are checked as otf2-print checks them."""
+    problem = creader.system_check(anchor)
+    if problem:
+        raise TraceError(f"{anchor}: the system's OTF2 library rejects it ({problem})")
 
 
 def _stream(trace: Any, selection: Selection, sweeps: list[RankSweep],
-            on_events: Callable[[int], None] | None, _otf2: Any) -> None:
-    """The Python reader: run the selected locations' Enter/Leave records through the sweeps."""
+            on_events: Callable[[int], None] | None, _otf2: Any) -> dict[int, int]:
+    """The Python reader: run the selected locations' Enter/Leave records through the sweeps;
+    returns the count of records outside the clock range, per location ref."""
     handle = trace.handle
     default = int(Kind.COMPUTE)
     kinds, step_regions = selection.kinds, selection.step_regions
+    first, last = selection.start, selection.end
     gpu_rank = {loc._ref: sweeps[slot] for loc, slot, is_gpu in selection.locations if is_gpu}
     cpu_rank = {loc._ref: sweeps[slot] for loc, slot, is_gpu in selection.locations if not is_gpu}
+    outside: dict[int, int] = {}
+    defined = selection.region_names
 
     def on_enter(location: int, time: int, _data: Any, _attributes: Any, region: int) -> None:
+        if time < first or time > last:
+            outside[location] = outside.get(location, 0) + 1
+            return
         sweep = gpu_rank.get(location)
         if sweep is not None:
+            sweep.events += 1
             kind = kinds.get(region, default)
             if kind:
-                sweep.kernel_enter(time, kind)
-        elif region in step_regions:
-            cpu_rank[location].step_enter(time)
+                sweep.kernel_enter(time, kind, location)
+            return
+        sweep = cpu_rank[location]
+        sweep.events += 1
+        sweep.region_enter(time, region if region in defined else -1, location)
+        if region in step_regions:
+            sweep.step_enter(time)
 
     def on_leave(location: int, time: int, _data: Any, _attributes: Any, region: int) -> None:
+        if time < first or time > last:
+            outside[location] = outside.get(location, 0) + 1
+            return
         sweep = gpu_rank.get(location)
         if sweep is not None:
+            sweep.events += 1
             kind = kinds.get(region, default)
             if kind:
-                sweep.kernel_leave(time, kind)
-        elif region in step_regions:
-            cpu_rank[location].step_leave(time)
+                sweep.kernel_leave(time, kind, location)
+            return
+        sweep = cpu_rank[location]
+        sweep.events += 1
+        sweep.region_leave(time, location)
+        if region in step_regions:
+            sweep.step_leave(time)
 
     global_reader = _open_events(handle, [loc for loc, _, _ in selection.locations], _otf2)
     try:
@@ -201,6 +291,7 @@ def _stream(trace: Any, selection: Selection, sweeps: list[RankSweep],
     finally:
         _otf2.Reader_CloseGlobalEvtReader(handle, global_reader)
         _otf2.Reader_CloseEvtFiles(handle)
+    return outside
 
 
 def _refuse_special_files(experiment: Path) -> None:
