@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
-
+from doctor.sanitize import markup
 from doctor.timeline.model import PROFILE_KIND, Breakdown, RankTimeline, RunTimeline, TimelineReport
 from doctor.wording import count
 
@@ -52,8 +51,8 @@ def render(report: TimelineReport, console: Console, every_step: bool = False) -
         console.print(f"Ranks {report.rank_range} only (--rank-range); `gpu-doctor timeline --merge` combines "
                       "the parts' --json documents.", highlight=False)
     for run in report.runs:
-        console.print(f"[bold]Run {escape(run.label)}[/bold]: {count(run.rank_count, 'rank')}, from {run.source}s  "
-                      f"({escape(str(run.path))})", highlight=False)
+        console.print(f"[bold]Run {markup(run.label)}[/bold]: {count(run.rank_count, 'rank')}, from {run.source}s  "
+                      f"({markup(str(run.path))})", highlight=False)
         gpu = any(rank.gpu_locations for rank in run.ranks)
         if run.ranks and gpu:
             console.print(_whole_run_table(run))
@@ -66,12 +65,12 @@ def render(report: TimelineReport, console: Console, every_step: bool = False) -
             if not all(rank.gpu_locations for rank in run.ranks) and any(rank.regions for rank in run.ranks):
                 console.print(_cpu_table(run))
             for line in straggler_lines(run):
-                console.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
+                console.print(f"  {markup(line)}", soft_wrap=True, highlight=False)
             for rank in run.ranks:
                 for line in verdict_lines(rank) if gpu else ():
-                    console.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
+                    console.print(f"  {markup(line)}", soft_wrap=True, highlight=False)
                 for note in rank.notes:
-                    console.print(f"  [dim]{escape(rank.label)}: {escape(note)}[/dim]", soft_wrap=True, highlight=False)
+                    console.print(f"  [dim]{markup(rank.label)}: {markup(note)}[/dim]", soft_wrap=True, highlight=False)
                 if every_step and rank.steps:
                     console.print(_every_step_table(rank))
             if every_step:
@@ -83,7 +82,7 @@ def render(report: TimelineReport, console: Console, every_step: bool = False) -
             if any(p.regions for p in run.profiles):
                 console.print(_profile_cpu_table(run))
         for hint in run_hints(run):
-            console.print(f"  [bold]hint:[/bold] {escape(hint)}", soft_wrap=True, highlight=False)
+            console.print(f"  [bold]hint:[/bold] {markup(hint)}", soft_wrap=True, highlight=False)
         console.print()
     if report.scaling:
         console.print(_scaling_table(report))
@@ -145,11 +144,11 @@ def _hta_table(run: RunTimeline) -> Table:
 
     for rank in run.ranks:
         if rank.hta is None:
-            table.add_row(escape(_rank_name(rank)), *["-"] * 7)
+            table.add_row(markup(_rank_name(rank)), *["-"] * 7)
             continue
         doc = rank.hta.to_json()
         tb, idle = doc["temporal_breakdown"], doc["idle_breakdown"]
-        table.add_row(escape(_rank_name(rank)), pct(tb["idle_time_pctg"]), pct(tb["compute_time_pctg"]),
+        table.add_row(markup(_rank_name(rank)), pct(tb["idle_time_pctg"]), pct(tb["compute_time_pctg"]),
                       pct(tb["non_compute_time_pctg"]),
                       pct(idle["host_wait_pctg"]) if idle["host_wait_known"] else "n/a",
                       pct(idle["kernel_wait_pctg"]), pct(idle["other_pctg"]), pct(doc["comp_comm_overlap_pctg"]))
@@ -161,7 +160,7 @@ def _tensorboard_table(run: RunTimeline) -> Table:
                    "Overlapping", "Communication", "Other")
     for rank in run.ranks:
         tb = rank.tensorboard()
-        table.add_row(escape(_rank_name(rank)), tb["basis"],
+        table.add_row(markup(_rank_name(rank)), tb["basis"],
                       *("-" if tb[f"{k}_pctg"] is None else f"{tb[f'{k}_pctg']:.1f}"
                         for k in ("computation", "overlapping", "communication", "other")))
     return table
@@ -174,9 +173,9 @@ def _cpu_table(run: RunTimeline) -> Table:
         c = rank.categories()
         top = "; ".join(f"{r.name} {seconds(r.exclusive)}" for r in rank.regions[:3])
         steps = rank.steps
-        table.add_row(escape(_rank_name(rank)), seconds(rank.whole_run.seconds(rank.whole_run.wall)),
+        table.add_row(markup(_rank_name(rank)), seconds(rank.whole_run.seconds(rank.whole_run.wall)),
                       str(steps.count) if steps else "0", seconds(steps.median_wall) if steps else "-",
-                      *(seconds(c[k]) for k in ("collectives", "compute", "data_loading", "other")), escape(top))
+                      *(seconds(c[k]) for k in ("collectives", "compute", "data_loading", "other")), markup(top))
     return table
 
 
@@ -186,15 +185,15 @@ def _profile_cpu_table(run: RunTimeline) -> Table:
     for p in run.profiles:
         c = p.categories()
         top = "; ".join(f"{r.name} {seconds(r.exclusive)}" for r in p.regions[:3])
-        table.add_row(escape(p.label), *(seconds(c[k]) for k in ("collectives", "compute", "data_loading", "other")),
-                      escape(top))
+        table.add_row(markup(p.label), *(seconds(c[k]) for k in ("collectives", "compute", "data_loading", "other")),
+                      markup(top))
     return table
 
 
 def _straggler_table(found: object) -> Table:
     table = _table("Last arrival at each step's last collective", "step", "rank", "lag behind the median")
     for step, who, lag in found.per_step:  # type: ignore[attr-defined]
-        table.add_row(str(step), escape(str(who)), seconds(lag))
+        table.add_row(str(step), markup(str(who)), seconds(lag))
     return table
 
 
@@ -232,7 +231,7 @@ def _whole_run_table(run: RunTimeline) -> Table:
     table = _table(f"Whole run, per rank (timeline; times in {unit})", "rank", "streams", "wall", *_COLUMNS)
     for rank in run.ranks:
         b = rank.whole_run
-        table.add_row(escape(_rank_name(rank)), str(len(rank.gpu_locations)),
+        table.add_row(markup(_rank_name(rank)), str(len(rank.gpu_locations)),
                       _cells(Breakdown(b.resolution, b.wall, b.wall), scale)[0], *_cells(b, scale))
     return table
 
@@ -243,11 +242,11 @@ def _steps_table(run: RunTimeline) -> Table:
                    "median", "mean", *_COLUMNS)
     for rank in run.ranks:
         if rank.steps is None:
-            table.add_row(escape(_rank_name(rank)), "0", *["-"] * (len(_COLUMNS) + 2))
+            table.add_row(markup(_rank_name(rank)), "0", *["-"] * (len(_COLUMNS) + 2))
             continue
         mean = rank.steps.mean
         median = f"{rank.steps.median_wall * scale:,.{3 if scale == 1.0 else 1}f}"
-        table.add_row(escape(_rank_name(rank)), str(rank.steps.count), median,
+        table.add_row(markup(_rank_name(rank)), str(rank.steps.count), median,
                       _cells(Breakdown(mean.resolution, mean.wall, mean.wall), scale)[0], *_cells(mean, scale))
     return table
 
@@ -255,7 +254,7 @@ def _steps_table(run: RunTimeline) -> Table:
 def _every_step_table(rank: RankTimeline) -> Table:
     assert rank.steps is not None
     unit, scale = unit_for([rank.steps.max_wall])
-    table = _table(f"Rank {escape(_rank_name(rank))}: every step (times in {unit}; start in s)", "step", "start",
+    table = _table(f"Rank {markup(_rank_name(rank))}: every step (times in {unit}; start in s)", "step", "start",
                    "wall", *_COLUMNS)
     for step in rank.steps.kept:
         b = step.breakdown
@@ -268,7 +267,7 @@ def _profile_table(run: RunTimeline) -> Table:
     table = _table(f"Profile ({PROFILE_KIND})", "experiment", "wall", "Σ compute", "Σ comm", "Σ copies",
                    "kernels", "NCCL kernels", "steps", "mean step")
     for p in run.profiles:
-        table.add_row(escape(p.label), seconds(p.wall), seconds(p.compute_sum), seconds(p.comm_sum),
+        table.add_row(markup(p.label), seconds(p.wall), seconds(p.compute_sum), seconds(p.comm_sum),
                       seconds(p.other_sum), str(p.compute_visits), str(p.comm_visits), str(p.step_count),
                       seconds(p.step_time / p.step_count) if p.step_count else "-")
     return table
@@ -280,6 +279,6 @@ def _scaling_table(report: TimelineReport) -> Table:
                    "ranks", "time", "throughput", "speedup", "efficiency", "exposed comm")
     for row in report.scaling:
         share = f"{100 * row.exposed_comm_share:.1f} %" if row.exposed_comm_share is not None else "n/a (sums)"
-        table.add_row(escape(row.run), str(row.ranks), seconds(row.time), f"{row.throughput:.3g}",
+        table.add_row(markup(row.run), str(row.ranks), seconds(row.time), f"{row.throughput:.3g}",
                       f"{row.speedup:.2f}x", f"{100 * row.efficiency:.0f} %", share)
     return table
