@@ -8,7 +8,16 @@ from typing import Any
 from checks.launcher_cold_runtime import Adapter, ColdRuntime, cold_runtime, cuda_adapter
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Command, Job
-from doctor.jobfolder.queries import code_of, command_data, ev, link_unknown, problem_evidence, ranks, sbatch
+from doctor.jobfolder.queries import (
+    code_of,
+    command_data,
+    ev,
+    layout,
+    link_unknown,
+    problem_evidence,
+    ranks,
+    sbatch,
+)
 from doctor.limits import bound_problem
 from doctor.model import Evidence, Layer, Outcome, Status, fail, passed, skip, unknown, warn
 from doctor.registry import check
@@ -148,6 +157,8 @@ def warmup_first(facts: Facts) -> list[Outcome]:
     Before the first `python -m scorep` launch of each job script, looks for a warm-up outside
     Score-P: a Python command that runs a real CUDA operation (`torch.zeros(1).cuda()`,
     `.to("cuda")`, `torch.cuda.init()`...) in a retry loop, or `gpu-doctor --check-only`.
+    For a launch over several nodes the warm-up must run on every one of them (an srun step
+    with one task per node): one in the batch shell warms the first node only.
 
     Why is this bad?
     Score-P's CUDA adapter, preloaded at process start, probes the CUDA runtime at once; on a
@@ -166,8 +177,8 @@ def warmup_first(facts: Facts) -> list[Outcome]:
     skip when no launch loads a CUDA adapter (no `--cuda`, nothing asks for CUDA recording:
     a ROCm job, a CPU profile); pass with a warm-up in a retry loop; warn without one (a risk on
     a freshly allocated node: GPU003 answered at the first attempt, or the node was not
-    measured here), also for a warm-up without retries and while only SCOREP_CUDA_ENABLE asks
-    for CUDA (SCP002); fail when the evidence shows a cold runtime: GPU003 "ready after
+    measured here), also for a warm-up without retries, one that runs on fewer nodes than the
+    launch, and while only SCOREP_CUDA_ENABLE asks for CUDA (SCP002); fail when the evidence shows a cold runtime: GPU003 "ready after
     attempt k" (k > 1) on this node, or error 802 / the FP16 ValueError in the job's logs.
 
     Fix safety:
@@ -203,6 +214,14 @@ def _warmup_outcome(job: Job, cmd: Command, adapter: Adapter, cold: ColdRuntime)
         data["next_step"] = cold.next_step
     if real:
         w = real[-1]
+        nodes = layout(job, cmd, launch).nodes
+        reach = layout(job, w).nodes
+        if nodes is not None and nodes > 1 and (reach or 1) < nodes:
+            return warn(f"the CUDA warm-up runs on {_first_nodes(reach)} only, the instrumented launch on {nodes} "
+                        f"nodes: the other nodes' runtimes stay cold for Score-P's CUDA adapter; run the warm-up "
+                        "once on every node (one srun task per node)",
+                        [ev(job, w.site, "warm-up"), ev(job, cmd.site, "launch")], "cuda-warmup",
+                        data=data | {"warmup_line": w.site.line, "nodes": nodes, "warmup_nodes": reach or 1})
         if w.loop is None and not (w.argv and w.argv[0].endswith("gpu-doctor")):
             return warn("the CUDA warm-up runs once: on a cold node the runtime can need tens of seconds; "
                         "retry it in a loop", [ev(job, w.site, "warm-up"), ev(job, cmd.site, "launch")],
@@ -228,6 +247,10 @@ def _warmup_outcome(job: Job, cmd: Command, adapter: Adapter, cold: ColdRuntime)
                     f"runtime at process start{why}", evidence, "cuda-warmup", data=data)
     return warn(f"no CUDA warm-up outside Score-P: the CUDA adapter is the first thing to touch CUDA "
                 f"({cold.why}){why}", evidence, "cuda-warmup", data=data)
+
+
+def _first_nodes(reach: int | None) -> str:
+    return "the first node (the batch shell)" if (reach or 1) == 1 else f"{reach} nodes"
 
 
 def hostlist(expr: str) -> set[str]:

@@ -17,10 +17,12 @@ from doctor.jobfolder.queries import (
     command_data,
     ev,
     link_unknown,
+    layout,
     multi_rank,
     origin_evidence,
     rank_spelling,
     ranks,
+    same_on_every_node,
     settings,
     var_data,
     var_evidence,
@@ -386,6 +388,9 @@ def experiment_per_rank(facts: Facts) -> list[Outcome]:
     For every instrumented launch that starts several measured processes at once (a
     backgrounded loop, srun/mpirun tasks, `torchrun --no-python python -m scorep`), checks that
     `SCOREP_EXPERIMENT_DIRECTORY` differs per rank; also reports collisions found in logs.
+    Ranks are counted over every node (nodes × tasks per node): a fixed folder is shared
+    across nodes too, and so is one named only by the node-local rank (LOCAL_RANK,
+    SLURM_LOCALID) without the node or the global rank.
 
     Why is this bad?
     Unnamed runs all write `scorep-measurement-tmp`, and a fixed name is the same folder for
@@ -398,8 +403,8 @@ def experiment_per_rank(facts: Facts) -> list[Outcome]:
     `SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$r` for each rank.
 
     Severity:
-    fail when several ranks write one experiment folder (the default or a fixed name), or the
-    logs show the collision; else pass.
+    fail when several ranks write one experiment folder (the default, a fixed name, or one per
+    node-local rank over several nodes), or the logs show the collision; else pass.
 
     Fix safety:
     Safe: sets one variable per rank.
@@ -454,6 +459,12 @@ def _shared_dir(job: Job, cmd: Any, why: str) -> list[Outcome]:
     if var is None:
         return [fail(f"the measured ranks share the default experiment folder (scorep-measurement-tmp): {said}",
                      launch_ev, "scorep-per-rank-dirs", data=data | {"value": None})]
+    lay = layout(job, cmd, cmd.instrumented)
+    if var.varies and lay.several_nodes and same_on_every_node(var):
+        return [fail(f"SCOREP_EXPERIMENT_DIRECTORY={var.raw} names the rank on its node only: the {lay.nodes} nodes "
+                     f"({lay.words()}) write the same folders: {said}", [launch_ev, var_evidence(job, var)],
+                     "scorep-per-rank-dirs", data=data | {"value": var.raw, "setting": var_data(var),
+                                                          "nodes": lay.nodes})]
     if var.varies:
         return [passed(f"SCOREP_EXPERIMENT_DIRECTORY={var.raw} differs per rank", var_evidence(job, var))]
     note = ""

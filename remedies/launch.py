@@ -17,6 +17,7 @@ from pathlib import Path
 
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import Command, Job, Launch, Span, Word
+from doctor.jobfolder.queries import layout
 from doctor.model import Phase, Safety, Status
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
@@ -83,12 +84,14 @@ def cuda_warmup(ctx: RemedyContext) -> None:
                           "see the loop in the field guide (error 3) or `gpu-doctor explain LNC002`."])
     edits = SpanEdits(ctx)
     done: set[str] = set()
+    summary = "CUDA warm-up loop before the instrumented launch"
     for cmd, launch in launches:
         root = chain_root(cmd)
         if root.site.file in done:
             continue
         done.add(root.site.file)
-        if WARMUP_MARK in edits.doc(root.site.file).text:
+        first_node_only = any(t.data.get("warmup_nodes") for t in ctx.targets())
+        if WARMUP_MARK in edits.doc(root.site.file).text and not first_node_only:
             where = job.rel(root.site.file)
             ctx.note = (f"{where}, which per-rank-launch writes, warms CUDA up before its ranks"
                         if not os.path.exists(root.site.file) else
@@ -97,9 +100,35 @@ def cuda_warmup(ctx: RemedyContext) -> None:
         python = launch.interpreter if not launch.interpreter.startswith("$") else "python"
         line = root.statement_line or root.site.line
         doc = edits.doc(root.site.file)
-        edits.insert_lines_before(root.site.file, comment_top(doc, line), warmup_block(python, doc.indent_of(line)),
-                                  indent="")
-    edits.write(SCRIPT_LINE, "CUDA warm-up loop before the instrumented launch")
+        lay = layout(job, cmd, launch)
+        if lay.several_nodes:
+            block = node_warmup_block(python, doc.indent_of(line))
+            summary = f"CUDA warm-up on each of the {lay.nodes} nodes (one srun task per node) before the launch"
+        else:
+            block = warmup_block(python, doc.indent_of(line))
+            summary = "CUDA warm-up loop before the instrumented launch"
+        edits.insert_lines_before(root.site.file, comment_top(doc, line), block, indent="")
+    edits.write(SCRIPT_LINE, summary)
+
+
+def node_warmup_block(python: str, indent: str = "") -> list[str]:
+    """The warm-up loop as one srun step with one task per node: each node retries its own
+    runtime, and the one that never becomes ready says its name and fails the job.
+
+    `--ntasks` is given with `--ntasks-per-node=1` because srun otherwise takes the job's task
+    count from SLURM_NTASKS and ignores the per-node count."""
+    loop = warmup_block(python)[2:]  # the loop and its exit, without the two comment lines
+    body = loop
+    lines = [
+        f"# {WARMUP_MARK}: initialise the CUDA runtime on every node of the job before python -m scorep",
+        "# preloads its CUDA adapter (a runtime not ready then stays broken for that process): one",
+        "# srun task per node, each retrying until its own GPUs answer.",
+        'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 bash -c \'',
+        *body,
+        "' || exit 1",
+    ]
+    inside = range(4, len(lines) - 1)
+    return [ln if i in inside or not ln else indent + ln for i, ln in enumerate(lines)]
 
 
 def comment_top(doc: TextDoc, line: int) -> int:

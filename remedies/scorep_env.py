@@ -14,7 +14,7 @@ import re
 
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import Command, EnvVar, Span
-from doctor.jobfolder.queries import TASK_RANKS, rank_spelling, settings
+from doctor.jobfolder.queries import TASK_RANKS, layout, rank_spelling, same_on_every_node, settings
 from doctor.jobfolder.scorep_values import (
     PROPOSED_TOTAL_MEMORY,
     TOTAL_MEMORY_LIMIT,
@@ -180,7 +180,8 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
     for cmd, launch in at_targets(ctx, job.instrumented):
         several, _why = multi_rank(job, cmd, launch)
         var = cmd.var("SCOREP_EXPERIMENT_DIRECTORY")
-        if var is not None and var.varies:
+        if var is not None and var.varies and not (layout(job, cmd, launch).several_nodes
+                                                   and same_on_every_node(var)):
             continue
         spawner = (cmd.launch.spawner if cmd.launch is not None else None)
         if spawner is not None and spawner.kind != "wrapper-script" and not spawner.no_python:
@@ -197,16 +198,19 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
                              ["Start each rank with its own folder: SCOREP_EXPERIMENT_DIRECTORY="
                               "scorep_rank_$RANK python -m scorep ... (or use gpu-doctor launch)."])
         value = f"scorep_rank_{rank}"
+        base = _base_path(var)
         span = value_span(var) if var is not None else None
         if task_rank:  # the batch shell expands the line once: name the folder in each task's shell
             first = cmd.argv_words[len(cmd.argv) - len(argvmod.strip_wrappers(list(cmd.argv))[1])].span
+            value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}" if base else value
             edits.insert(first.file, first.start, first.line,
                          f"bash -c 'SCOREP_EXPERIMENT_DIRECTORY={value} exec \"$@\"' bash ")
         elif var is not None and span is not None and _per_rank_scope(cmd, var, rank):
-            edits.replace(span, value)
+            edits.replace(span, f"{base}/{value}" if base else value)
         elif var is None or _on_command(cmd, var) is False:
             head = cmd.span
             assert head is not None
+            value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}" if base else value
             edits.insert(head.file, head.start, head.line, f"SCOREP_EXPERIMENT_DIRECTORY={value} ")
         else:
             at = f"{job.rel(var.site.file)}:{var.site.line}" if var.site else where(job, None, cmd)
@@ -214,9 +218,19 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
                              "gpu-doctor can edit", [f"Set SCOREP_EXPERIMENT_DIRECTORY={value} there by hand."])
         done += 1
     if done:
-        edits.write(ENV, "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N for each rank")
+        edits.write(ENV, "SCOREP_EXPERIMENT_DIRECTORY=[base/]scorep_rank_N for each rank")
     elif not ctx.note:
         ctx.note = "every launch already has its own folder, or per-rank-launch writes them"
+
+
+def _base_path(var: EnvVar | None) -> str | None:
+    """The folder the job names for its measurements, as written (`/scratch/$USER/scorep/run_$SLURM_JOB_ID`),
+    when it is a path: each rank's folder goes under it, never into the submit folder (traces
+    of several GB belong where the user put them). A bare name (`scorep_run`) is a folder in the
+    submit folder itself: the ranks' folders take its place there."""
+    if var is None or not var.raw or "/" not in var.raw.rstrip("/"):
+        return None
+    return var.raw.rstrip("/")
 
 
 def _task_launcher_on_line(cmd: Command) -> str | None:

@@ -44,7 +44,9 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "perrank_cfor": {"SCR002": {("train.py", 22)}},
     # a plain HF Trainer job: PyTorch >= 2.4 warns when the group outlives the process (SCR002 warn)
     "hf_trainer_args": {"TRN001": {("finetune.sh", 12)}, "SCR002": {("run_glue.py", 18)}},
-    "multinode_rdzv": {"SCP006": {("node_wrapper.sh", 2)}},
+    # 2 nodes × 4 workers: 8 CUPTI users; the batch shell's warm-up reaches the first node only
+    "multinode_rdzv": {"SCP006": {("node_wrapper.sh", 2)}, "SCP004": {("node_wrapper.sh", 3)},
+                       "LNC002": {("multinode.sbatch", 18)}},
     "submit_dir_memory": {"SCP003": {("job.slurm", 9)}, "LNC002": {("job.slurm", 10), ("job.slurm", 12)}},
     # PROFILE=1 above: the `then` branch sets LAUNCH, the `else` one does not run
     "if_profile_switch": {"SCP002": {("job.sh", 24), ("job.sh", 10)}, "SCP005": {("job.sh", 10)}},

@@ -394,6 +394,8 @@ class PyScript:
     torchrun_main: Site | None = None
     main_guard: bool = False
     snippet_of: Site | None = None  # for role == snippet: the shell command it came from
+    # submitit's update_parameters/AutoExecutor, Lightning's Trainer: their node and task counts
+    layout_calls: tuple[KwCall, ...] = ()
 
     @property
     def ok(self) -> bool:
