@@ -16,8 +16,8 @@ from doctor.jobfolder.model import Job
 from doctor.jobfolder.queries import (
     command_data,
     ev,
-    link_unknown,
     layout,
+    link_unknown,
     multi_rank,
     origin_evidence,
     rank_spelling,

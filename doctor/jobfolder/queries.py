@@ -150,6 +150,8 @@ def multi_rank(job: Job, cmd: Command, launch: Launch) -> tuple[bool, str]:
     if cmd.loop is not None and cmd.background:
         count = cmd.loop.count
         return (count is None or count > 1), f"starts in {_loop_words(cmd)} at line {cmd.loop.site.line}"
+    if launch.spawner is not None and not launch.spawner.no_python:
+        lay = task_layout(job, cmd)  # the measured processes are the launchers, one per task
     for w in cmd.wrappers:
         if w.name in ("srun", "mpirun", "mpiexec", "orterun", "jsrun", "aprun"):
             world = lay.world
@@ -540,6 +542,14 @@ def script_layout(job: Job, cmd: Command) -> Layout | None:
     if nodes is None and per_node is None:
         return None
     return Layout(nodes or 1, per_node or 1, how)
+
+
+def task_layout(job: Job, cmd: Command) -> Layout:
+    """The tasks the command's srun/mpirun starts (a launcher it runs counts once per task)."""
+    task = next((w for w in reversed(cmd.wrappers) if w.name in TASK_RANKS), None)
+    if task is None:
+        return Layout(1, 1, "one process")
+    return srun_layout(job, task.argv) if task.name == "srun" else mpirun_layout(job, task.argv)
 
 
 def layout(job: Job, cmd: Command, launch: Launch | None = None) -> Layout:
