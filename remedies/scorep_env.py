@@ -200,17 +200,24 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
         value = f"scorep_rank_{rank}"
         base = _base_path(var)
         span = value_span(var) if var is not None else None
+        # Score-P creates the experiment folder but not its parents: the base is made first
         if task_rank:  # the batch shell expands the line once: name the folder in each task's shell
             first = cmd.argv_words[len(cmd.argv) - len(argvmod.strip_wrappers(list(cmd.argv))[1])].span
-            value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}" if base else value
+            make = 'mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY" && ' if base else ""
+            value = f"$SCOREP_EXPERIMENT_DIRECTORY/{value}" if base else value
             edits.insert(first.file, first.start, first.line,
-                         f"bash -c 'SCOREP_EXPERIMENT_DIRECTORY={value} exec \"$@\"' bash ")
+                         f"bash -c '{make}SCOREP_EXPERIMENT_DIRECTORY={value} exec \"$@\"' bash ")
         elif var is not None and span is not None and _per_rank_scope(cmd, var, rank):
             edits.replace(span, f"{base}/{value}" if base else value)
+            if base and var.site is not None:
+                edits.insert_lines_before(var.site.file, var.site.line, [f'mkdir -p "{base}"'])
         elif var is None or _on_command(cmd, var) is False:
             head = cmd.span
             assert head is not None
-            value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}" if base else value
+            if base:
+                value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}"
+                edits.insert_lines_before(head.file, cmd.statement_line or head.line,
+                                          ['mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"'])
             edits.insert(head.file, head.start, head.line, f"SCOREP_EXPERIMENT_DIRECTORY={value} ")
         else:
             at = f"{job.rel(var.site.file)}:{var.site.line}" if var.site else where(job, None, cmd)
