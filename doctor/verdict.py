@@ -74,7 +74,7 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
         roots = [r for r in diagnosis.root_causes if any(b.check_id == r.problem.check_id for b in bad)]
         ids = list(dict.fromkeys([r.problem.check_id for r in roots] + [r.check_id for r in bad]))
         first = next((b for b in bad if roots and b.check_id == roots[0].problem.check_id), bad[0])
-        step = next_for(first, diagnosis, run) or step
+        step = next_for(first, diagnosis, run) or _first_step(diagnosis, run)
         if len(bad) > 2 or roots:
             causes = "; root causes: " + ", ".join(_root_words(r) for r in roots) if roots else ""
             line = (f"gpu-doctor: FAIL on {host}: {count(len(bad), 'check')} "
@@ -88,6 +88,8 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
     warns = [r.check_id for r in run.results if r.status == Status.WARN]
     note = f" (warnings: {', '.join(warns)})" if warns else ""
     line = f"gpu-doctor: OK on {host}: {summary or 'no checks'}{note}"
+    if step is not None and step.startswith("gpu-doctor fix "):
+        step = _first_step(diagnosis, run)
     if step is None:
         odd = [r for r in run.results if r.status in (Status.UNKNOWN, Status.TIMEOUT)]
         step = f"gpu-doctor explain {odd[0].check_id}" if odd else None
@@ -101,15 +103,28 @@ def _root_words(root: Any) -> str:
 
 
 def next_for(result: CheckResult, diagnosis: Any, run: Run) -> str | None:
-    """The next command for one check's result: its root-cause entry's, else its own."""
-    from doctor.diagnosis import next_command
+    """The next command for one check's result: its root-cause entry's, else its own, each as its
+    remedy's plan answers it (`diagnosis.planned_next`)."""
+    from doctor.diagnosis import planned_next
 
     for r in diagnosis.root_causes:
         if r.problem.check_id == result.check_id:
-            return str(r.problem.next_step)
+            return planned_next(r.problem.check_id, r.problem.layer, r.problem.remedies, run.case)
     if result.status in (Status.PASS, Status.SKIP):
         return None
-    return next_command(result.check_id, result.layer, result.remedies, run.case.root)
+    return planned_next(result.check_id, result.layer, result.remedies, run.case)
+
+
+def _first_step(diagnosis: Any, run: Run) -> str | None:
+    """The diagnosis's own next step (the first root cause's, else the worst problem's), planned."""
+    from doctor.diagnosis import planned_next
+
+    firsts = [r.problem for r in diagnosis.root_causes] + [u.problem for u in diagnosis.unexplained] \
+        + list(diagnosis.independent)
+    if not firsts or diagnosis.next_step is None:
+        return None
+    p = next((f for f in firsts if f.next_step == diagnosis.next_step), firsts[0])
+    return planned_next(p.check_id, p.layer, p.remedies, run.case)
 
 
 def _remedy_json(rid: str, applied: dict[str, Any]) -> dict[str, Any]:
