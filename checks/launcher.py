@@ -109,7 +109,7 @@ def launcher_only(facts: Facts) -> list[Outcome]:
                     and v.site is not None},
         }
         out.append(fail(f"`python -m scorep` wraps {SPAWNER_WORDS.get(sp.kind, sp.kind)}: Score-P measures the "
-                        f"launcher agent only, not {_workers(sp)}", evidence,
+                        f"launcher agent only, not {_workers(sp, layout(job, cmd, launch))}", evidence,
                         "per-rank-launch", entities={"file": job.rel(cmd.site.file)}, data=data))
     if not found:
         out.append(link_unknown(job, "no `python -m scorep` launch")
@@ -117,8 +117,11 @@ def launcher_only(facts: Facts) -> list[Outcome]:
     return out
 
 
-def _workers(sp: Any) -> str:
-    """`the 4 workers it spawns`, or how many when the count is known only when the job runs."""
+def _workers(sp: Any, lay: Any = None) -> str:
+    """`the 4 workers it spawns` (`the 8 workers it spawns, 4 on each of 2 nodes`), or how many when
+    the count is known only when the job runs."""
+    if sp.nproc is not None and lay is not None and lay.several_nodes and lay.world is not None:
+        return f"the {lay.world} workers it spawns, {sp.nproc} on each of {lay.nodes} nodes"
     if sp.nproc is not None:
         return f"the {sp.nproc} workers it spawns"
     if sp.nproc_text:

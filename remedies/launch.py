@@ -104,8 +104,9 @@ def cuda_warmup(ctx: RemedyContext) -> None:
         doc = edits.doc(root.site.file)
         lay = layout(job, cmd, launch)
         if lay.several_nodes:
-            block = node_warmup_block(python, doc.indent_of(line))
-            summary = f"CUDA warm-up on each of the {lay.nodes} nodes (one srun task per node) before the launch"
+            step, how = _one_task_per_node(job, cmd, lay.nodes)
+            block = node_warmup_block(python, doc.indent_of(line), step)
+            summary = f"CUDA warm-up on each of the {lay.nodes} nodes ({how}) before the launch"
         else:
             block = warmup_block(python, doc.indent_of(line))
             summary = "CUDA warm-up loop before the instrumented launch"
@@ -113,19 +114,41 @@ def cuda_warmup(ctx: RemedyContext) -> None:
     edits.write(SCRIPT_LINE, summary)
 
 
-def node_warmup_block(python: str, indent: str = "") -> list[str]:
-    """The warm-up loop as one srun step with one task per node: each node retries its own
-    runtime, and the one that never becomes ready says its name and fails the job.
+SRUN_PER_NODE = 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1'
 
-    `--ntasks` is given with `--ntasks-per-node=1` because srun otherwise takes the job's task
+
+def _one_task_per_node(job: Job, cmd: Command, nodes: int | None) -> tuple[str, str]:
+    """(the command that runs one task on each node of the launch, its words for the plan).
+
+    srun inside a Slurm allocation; mpirun over the launch's own hosts (-H without the slot
+    counts, or its hostfile) with one process per node (Open MPI's --map-by ppr:1:node)."""
+    task = next((w for w in reversed(cmd.wrappers) if w.name in ("mpirun", "mpiexec", "orterun")), None)
+    if task is not None and nodes:
+        argv = list(task.argv)
+        for i, a in enumerate(argv[:-1]):
+            if a in ("-H", "--host", "-host"):
+                hosts = ",".join(dict.fromkeys(h.split(":")[0] for h in argv[i + 1].split(",")))
+                return (f"{task.name} -np {nodes} -H {quote_if_needed(hosts)} --map-by ppr:1:node -x PATH",
+                        f"one {task.name} process per host")
+            if a in ("--hostfile", "-hostfile", "-machinefile", "--machinefile"):
+                return (f"{task.name} -np {nodes} {a} {quote_if_needed(argv[i + 1])} --map-by ppr:1:node -x PATH",
+                        f"one {task.name} process per host")
+    return SRUN_PER_NODE, "one srun task per node"
+
+
+def node_warmup_block(python: str, indent: str = "", step: str = SRUN_PER_NODE) -> list[str]:
+    """The warm-up loop as one step with one task per node: each node retries its own runtime,
+    and the one that never becomes ready says its name and fails the job.
+
+    srun gets `--ntasks` with `--ntasks-per-node=1` because it otherwise takes the job's task
     count from SLURM_NTASKS and ignores the per-node count."""
     loop = warmup_block(python)[2:]  # the loop and its exit, without the two comment lines
     body = loop
     lines = [
         f"# {WARMUP_MARK}: initialise the CUDA runtime on every node of the job before python -m scorep",
         "# preloads its CUDA adapter (a runtime not ready then stays broken for that process): one",
-        "# srun task per node, each retrying until its own GPUs answer.",
-        'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 bash -c \'',
+        "# task per node, each retrying until its own GPUs answer.",
+        f"{step} bash -c '",
         *body,
         "' || exit 1",
     ]
