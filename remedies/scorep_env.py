@@ -11,6 +11,7 @@ change how Score-P measures, not what the job computes.
 from __future__ import annotations
 
 import re
+import shlex
 
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import Command, EnvVar, Span
@@ -188,7 +189,9 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
             if "per-rank-launch" in ctx.planned:
                 continue
             raise CannotPlan("torchrun spawns the ranks, so one wrapper measures them all",
-                             ["Apply per-rank-launch: gpu-doctor fix --only per-rank-launch --apply --unsafe"])
+                             ["Apply per-rank-launch, which gives every rank its own python -m scorep and folder: "
+                              f"gpu-doctor fix {shlex.quote(str(ctx.case.root or '.'))} --only per-rank-launch "
+                              "--apply --unsafe"])
         if not several and not cmd.background:
             continue
         task_rank = _task_rank(cmd)
