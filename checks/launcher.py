@@ -14,6 +14,7 @@ from doctor.jobfolder.queries import (
     ev,
     layout,
     link_unknown,
+    one_script_for_all_nodes,
     problem_evidence,
     ranks,
     sbatch,
@@ -219,7 +220,7 @@ def _warmup_outcome(job: Job, cmd: Command, adapter: Adapter, cold: ColdRuntime)
         w = real[-1]
         nodes = layout(job, cmd, launch).nodes
         reach = layout(job, w).nodes
-        if nodes is not None and nodes > 1 and (reach or 1) < nodes:
+        if nodes is not None and nodes > 1 and (reach or 1) < nodes and one_script_for_all_nodes(job, cmd):
             return warn(f"the CUDA warm-up runs on {_first_nodes(reach)} only, the instrumented launch on {nodes} "
                         f"nodes: the other nodes' runtimes stay cold for Score-P's CUDA adapter; run the warm-up "
                         "once on every node (one srun task per node)",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import Command, Job, Launch, Span, Word
-from doctor.jobfolder.queries import layout, sbatch_layout
+from doctor.jobfolder.queries import layout, one_script_for_all_nodes, sbatch_layout
 from doctor.model import Phase, Safety, Status
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
@@ -103,7 +103,7 @@ def cuda_warmup(ctx: RemedyContext) -> None:
         line = root.statement_line or root.site.line
         doc = edits.doc(root.site.file)
         lay = layout(job, cmd, launch)
-        if lay.several_nodes:
+        if lay.several_nodes and one_script_for_all_nodes(job, cmd):
             step, how = _one_task_per_node(job, cmd, lay.nodes)
             block = node_warmup_block(python, doc.indent_of(line), step)
             summary = f"CUDA warm-up on each of the {lay.nodes} nodes ({how}) before the launch"

@@ -14,7 +14,7 @@ import re
 import shlex
 
 from doctor.jobfolder import argv as argvmod
-from doctor.jobfolder.model import Command, EnvVar, Span
+from doctor.jobfolder.model import Command, EnvVar, Job, Span
 from doctor.jobfolder.queries import TASK_RANKS, layout, rank_spelling, same_on_every_node, settings
 from doctor.jobfolder.scorep_values import (
     PROPOSED_TOTAL_MEMORY,
@@ -107,7 +107,21 @@ def cuda_buffer(ctx: RemedyContext) -> None:
     else:
         root = chain_root(cmd)
         edits.insert_lines_before(root.site.file, root.statement_line or root.site.line, [line])
+    _forward_to_other_hosts(job, edits, cmd, "SCOREP_CUDA_BUFFER")
     edits.write(ENV, line)
+
+
+def _forward_to_other_hosts(job: Job, edits: SpanEdits, cmd: Command, name: str) -> None:
+    """Open MPI's mpirun hands the ranks on other hosts only the variables its `-x` names: where
+    the launch lists its variables that way over several hosts, a new one goes on the list."""
+    for i, word in enumerate(cmd.argv):
+        if argvmod.base(word) not in ("mpirun", "mpiexec", "orterun"):
+            continue
+        forwarded = [cmd.argv[k + 1].split("=", 1)[0] for k in range(i, len(cmd.argv) - 1) if cmd.argv[k] == "-x"]
+        if forwarded and name not in forwarded and layout(job, cmd, cmd.instrumented).several_nodes:
+            span = cmd.argv_words[i].span
+            edits.insert(span.file, span.end, span.line, f" -x {name}")
+        return
 
 
 def _last_scorep_setting(cmd: Command) -> Span | None:

@@ -136,6 +136,7 @@ AFTER: dict[str, list[tuple[str, str]]] = {
                            'exec python -m scorep --cuda "$@"\n')],
     # over its own hosts: the warm-up is one mpirun process per host
     "mpirun_two_hosts": [("run_bert.sh", "mpirun -np 2 -H gpu01,gpu02 --map-by ppr:1:node -x PATH bash -c '\n"),
+                         ("run_bert.sh", "\nmpirun -x SCOREP_CUDA_BUFFER -np 8 -H gpu01:4,gpu02:4 "),
                          ("run_bert.sh", MKDIR_PREFIX + "scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec")],
     "lightning_num_nodes": [("train.sbatch", "srun " + MKDIR_PREFIX + "scorep_rank_${SLURM_PROCID}")],
 }

@@ -120,3 +120,27 @@ def test_the_warm_up_on_every_node_names_the_node_that_never_became_ready(tmp_pa
     host = os.uname().nodename
     assert f"CUDA runtime never became ready on {host}: exclude this node" in proc.stderr
     assert "attempt 2/2" in proc.stdout
+
+
+BY_HAND = """\
+#!/bin/bash
+# started by hand on each of the two nodes: NODE_RANK=0 on gpu01, 1 on gpu02
+export SCOREP_TOTAL_MEMORY=3500M
+export SCOREP_CUDA_BUFFER=64M
+python -m scorep --cuda $(which torchrun) --nnodes=2 --node_rank=$NODE_RANK --nproc_per_node=4 \\
+    --master_addr=gpu01 --master_port=29500 train.py
+"""
+
+
+def test_a_script_started_on_every_node_warms_its_own_node_and_keeps_torchrun(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from doctor.cli import main
+
+    root = write_job(tmp_path, {"run.sh": BY_HAND, "train.py": TRAIN})
+    assert main(["fix", str(root), "--apply", "--unsafe"]) == 0
+    said = capsys.readouterr()
+    assert "per-rank-launch: verified" in said.out + said.err and "cuda-warmup: verified" in said.out + said.err
+    fixed = (root / "run.sh").read_text()
+    assert "srun" not in fixed and "mpirun" not in fixed  # no allocation to start one task per node from
+    assert "--no-python ./scorep_rank.sh train.py" in fixed and fixed.index("cuda_ready=0") < fixed.index("torchrun")
+    assert "nothing but torchrun's rendezvous assigns the ranks here" in (root / "scorep_rank.sh").read_text()

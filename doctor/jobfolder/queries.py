@@ -552,6 +552,15 @@ def task_layout(job: Job, cmd: Command) -> Layout:
     return srun_layout(job, task.argv) if task.name == "srun" else mpirun_layout(job, task.argv)
 
 
+def one_script_for_all_nodes(job: Job, cmd: Command) -> bool:
+    """Whether the script of `cmd` runs once for all its nodes (a Slurm batch script over several
+    nodes, or srun/mpirun starting the tasks), rather than once on each node (`torchrun
+    --nnodes=2 --node_rank=$NODE_RANK ...` started by hand on every node)."""
+    if any(w.name in TASK_RANKS for w in cmd.wrappers):
+        return True
+    return (sbatch_layout(job).nodes or 1) > 1
+
+
 def layout(job: Job, cmd: Command, launch: Launch | None = None) -> Layout:
     """The nodes and tasks per node the processes of `cmd` run on (`launch`: the one asked about,
     e.g. the instrumented inner launch of `torchrun --no-python`).
