@@ -238,7 +238,8 @@ def cuda_buffer(facts: Facts) -> list[Outcome]:
     """What it does:
     Reads the `[CUPTI Activity] Dropped N records ... Proposed minimum SCOREP_CUDA_BUFFER=P`
     warnings the logs hold (the `logscan` fact) and compares P with the buffer the job sets;
-    without logs, compares the buffer with the number of CUDA-recording ranks per node.
+    without logs, compares the buffer with the number of CUDA-recording ranks (over every
+    node: nodes × tasks per node).
 
     Why is this bad?
     Each process records CUDA activity into a `SCOREP_CUDA_BUFFER` (default 1M) that CUPTI

@@ -144,3 +144,13 @@ def test_a_script_started_on_every_node_warms_its_own_node_and_keeps_torchrun(
     assert "srun" not in fixed and "mpirun" not in fixed  # no allocation to start one task per node from
     assert "--no-python ./scorep_rank.sh train.py" in fixed and fixed.index("cuda_ready=0") < fixed.index("torchrun")
     assert "nothing but torchrun's rendezvous assigns the ranks here" in (root / "scorep_rank.sh").read_text()
+
+
+def test_art003_expects_the_ranks_of_every_node(tmp_path: Path) -> None:
+    from doctor.artifacts.jobinfo import expected_ranks
+
+    job = job_of(write_job(tmp_path, {"job.sbatch": "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n"
+                                                    "srun python -m scorep --cuda train.py\n", "train.py": TRAIN}))
+    found = expected_ranks(job)
+    assert found is not None and found[0] == 8
+    assert found[1].text.startswith("8 ranks (2 nodes × 4 tasks, #SBATCH)"), found[1].text
