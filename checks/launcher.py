@@ -175,7 +175,8 @@ def warmup_first(facts: Facts) -> list[Outcome]:
 
     Remedy:
     A loop of `python -c "import torch; torch.zeros(1).cuda()"` in try/except with sleeps,
-    before `python -m scorep`.
+    before `python -m scorep`; over several nodes, that loop once on every node (`srun
+    --ntasks-per-node=1 bash -c '...'`, or one mpirun process per host).
 
     Severity:
     skip when no launch loads a CUDA adapter (no `--cuda`, nothing asks for CUDA recording:

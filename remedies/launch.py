@@ -2,9 +2,12 @@
 
 - `per-rank-launch` (unsafe: it changes how the ranks start) writes a per-rank
   launch script next to the job script (one `python -m scorep` per rank, field
-  guide error 8) and makes the job script call it instead of torchrun.
+  guide error 8) and makes the job script call it instead of torchrun; over
+  several nodes, the srun form (`run_rank.sh` per srun task) or the torchrun form
+  (`torchrun --no-python ./scorep_rank.sh`), see `_multi_node`.
 - `cuda-warmup` (safe) puts the field guide's warm-up loop (errors 1-3) before
-  the instrumented launch: a real CUDA op in try/except, outside Score-P.
+  the instrumented launch: a real CUDA op in try/except, outside Score-P; over
+  several nodes as one step with one task per node.
 - `exclude-node` (safe) adds the node that failed GPU003 to `#SBATCH --exclude=`.
 """
 
