@@ -462,8 +462,8 @@ def _shared_dir(job: Job, cmd: Any, why: str) -> list[Outcome]:
                      launch_ev, "scorep-per-rank-dirs", data=data | {"value": None})]
     lay = layout(job, cmd, cmd.instrumented)
     if var.varies and lay.several_nodes and same_on_every_node(var):
-        return [fail(f"SCOREP_EXPERIMENT_DIRECTORY={var.raw} names the rank on its node only: the {lay.nodes} nodes "
-                     f"({lay.words()}) write the same folders: {said}", [launch_ev, var_evidence(job, var)],
+        return [fail(f"SCOREP_EXPERIMENT_DIRECTORY={var.raw} names the rank on its node only, so the ranks of the "
+                     f"{lay.nodes} nodes write the same folders: {said}", [launch_ev, var_evidence(job, var)],
                      "scorep-per-rank-dirs", data=data | {"value": var.raw, "setting": var_data(var),
                                                           "nodes": lay.nodes})]
     if var.varies:
