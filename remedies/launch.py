@@ -92,28 +92,33 @@ def cuda_warmup(ctx: RemedyContext) -> None:
     summary = "CUDA warm-up loop before the instrumented launch"
     for cmd, launch in launches:
         root = chain_root(cmd)
-        if root.site.file in done:
+        lay = layout(job, cmd, launch)
+        file, line = root.site.file, root.statement_line or root.site.line
+        # a per-task script (not the job script's own line, nor a `bash -c` on its srun line)
+        in_a_task = root.per_task and root.site.file not in {f.path for f in job.shell_files if f.role == "job"}
+        caller = _task_caller(job, root, edits) if lay.several_nodes and in_a_task else None
+        if caller is not None:  # before the srun line that starts the per-task script
+            (file, line), in_a_task = caller, False
+        if file in done:
             continue
-        done.add(root.site.file)
+        done.add(file)
         first_node_only = any(t.data.get("warmup_nodes") for t in ctx.targets())
-        if WARMUP_MARK in edits.doc(root.site.file).text and not first_node_only:
-            where = job.rel(root.site.file)
+        if WARMUP_MARK in edits.doc(file).text and not first_node_only:
+            where = job.rel(file)
             ctx.note = (f"{where}, which per-rank-launch writes, warms CUDA up before its ranks"
-                        if not os.path.exists(root.site.file) else
+                        if not os.path.exists(file) else
                         f"{where} already warms CUDA up before the instrumented launch")
             continue
         python = launch.interpreter if not launch.interpreter.startswith("$") else "python"
-        line = root.statement_line or root.site.line
-        doc = edits.doc(root.site.file)
-        lay = layout(job, cmd, launch)
-        if lay.several_nodes and one_script_for_all_nodes(job, cmd):
+        doc = edits.doc(file)
+        if lay.several_nodes and one_script_for_all_nodes(job, cmd) and not in_a_task:
             step, how = _one_task_per_node(job, cmd, lay.nodes)
             block = node_warmup_block(python, doc.indent_of(line), step)
             summary = f"CUDA warm-up on each of the {lay.nodes} nodes ({how}) before the launch"
         else:
             block = warmup_block(python, doc.indent_of(line))
             summary = "CUDA warm-up loop before the instrumented launch"
-        edits.insert_lines_before(root.site.file, comment_top(doc, line), block, indent="")
+        edits.insert_lines_before(file, comment_top(doc, line), block, indent="")
     edits.write(SCRIPT_LINE, summary)
 
 
@@ -137,6 +142,26 @@ def _one_task_per_node(job: Job, cmd: Command, nodes: int | None) -> tuple[str, 
                 return (f"{task.name} -np {nodes} {a} {quote_if_needed(argv[i + 1])} --map-by ppr:1:node -x PATH",
                         f"one {task.name} process per host")
     return SRUN_PER_NODE, "one srun task per node"
+
+
+def _task_caller(job: Job, cmd: Command, edits: SpanEdits) -> tuple[str, int] | None:
+    """(job script, line) of the srun/mpirun statement that starts the per-task script `cmd` is in
+    (the walker follows that call into the script without keeping it as a command)."""
+    name = os.path.basename(cmd.site.file)
+    for f in job.shell_files:
+        if f.role != "job" or f.path == cmd.site.file:
+            continue
+        lines = edits.doc(f.path).text.splitlines()  # as planned so far (per-rank-launch's call)
+        for n, text in enumerate(lines, 1):
+            words = text.split()
+            if any(os.path.basename(w) == name for w in words):
+                first = n
+                while first > 1 and lines[first - 2].rstrip().endswith("\\"):
+                    first -= 1
+                statement = " ".join(lines[first - 1:n])
+                if any(argvmod.base(w) in TASK_LAUNCHERS for w in statement.split()):
+                    return f.path, first
+    return None
 
 
 def node_warmup_block(python: str, indent: str = "", step: str = SRUN_PER_NODE) -> list[str]:
@@ -231,6 +256,7 @@ def _spawner_nodes(launch: Launch) -> str:
     return "1"
 
 
+TASK_LAUNCHERS = ("srun", "mpirun", "mpiexec", "orterun")
 TORCHRUN_KINDS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 NODE_RANK_SCRIPT = "scorep_rank.sh"
 SRUN_RANK_SCRIPT = "run_rank.sh"
