@@ -105,26 +105,33 @@ def _root_words(root: Any) -> str:
 def next_for(result: CheckResult, diagnosis: Any, run: Run) -> str | None:
     """The next command for one check's result: its root-cause entry's, else its own, each as its
     remedy's plan answers it (`diagnosis.planned_next`)."""
-    from doctor.diagnosis import planned_next
-
     for r in diagnosis.root_causes:
         if r.problem.check_id == result.check_id:
-            return planned_next(r.problem.check_id, r.problem.layer, r.problem.remedies, run.case)
+            return _planned(run, r.problem.check_id, r.problem.layer, r.problem.remedies)
     if result.status in (Status.PASS, Status.SKIP):
         return None
-    return planned_next(result.check_id, result.layer, result.remedies, run.case)
+    return _planned(run, result.check_id, result.layer, tuple(result.remedies))
+
+
+def _planned(run: Run, check_id: str, layer: str, remedies: tuple[str, ...]) -> str:
+    """`diagnosis.planned_next`, asked once per run (the reason line and the JSON's `next` agree)."""
+    from doctor.diagnosis import planned_next
+
+    memo = run.extra.setdefault("planned_next", {})
+    key = (check_id, layer, tuple(remedies))
+    if key not in memo:
+        memo[key] = planned_next(check_id, layer, remedies, run.case)
+    return str(memo[key])
 
 
 def _first_step(diagnosis: Any, run: Run) -> str | None:
     """The diagnosis's own next step (the first root cause's, else the worst problem's), planned."""
-    from doctor.diagnosis import planned_next
-
     firsts = [r.problem for r in diagnosis.root_causes] + [u.problem for u in diagnosis.unexplained] \
         + list(diagnosis.independent)
     if not firsts or diagnosis.next_step is None:
         return None
     p = next((f for f in firsts if f.next_step == diagnosis.next_step), firsts[0])
-    return planned_next(p.check_id, p.layer, p.remedies, run.case)
+    return _planned(run, p.check_id, p.layer, p.remedies)
 
 
 def _remedy_json(rid: str, applied: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +178,6 @@ def check_json(r: CheckResult, applied: dict[str, Any] | None = None) -> dict[st
 
 
 def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) -> dict[str, Any]:
-    from doctor.diagnosis import diagnose
 
     code = exit_code(run, fail_on)
     overall = "fail" if code else ("warn" if any(r.status == Status.WARN for r in run.results) else "pass")
@@ -195,9 +201,20 @@ def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) ->
         "exit_code": int(code),
         "counts": counts(run.results),
         "checks": [check_json(r, run.extra.get("applied")) for r in run.results],
-        "diagnosis": diagnose(run).to_json(),
+        "diagnosis": _diagnosis_json(run),
         **_job_json(run),
     }
+
+
+def _diagnosis_json(run: Run) -> dict[str, Any]:
+    """The diagnosis, its `next` as the remedy's plan answers it (as the reason line says)."""
+    from doctor.diagnosis import diagnose
+
+    diagnosis = diagnose(run)
+    doc = diagnosis.to_json()
+    if isinstance(doc.get("next"), str) and doc["next"].startswith("gpu-doctor fix "):
+        doc["next"] = _first_step(diagnosis, run)
+    return doc
 
 
 def _job_json(run: Run) -> dict[str, Any]:

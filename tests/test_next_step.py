@@ -16,7 +16,7 @@ from doctor.case import Case
 from doctor.cli import main
 from doctor.remedy.verify import job_check_ids, node_presets, run_job_checks
 from doctor.runner import Run, run_checks
-from doctor.verdict import reason_line
+from doctor.verdict import reason_line, run_json
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BROKEN = sorted(p for p in (FIXTURES / "heldout").glob("*/broken") if p.is_dir())
@@ -37,13 +37,12 @@ def next_command(folder: Path) -> str:
     return m.group(1)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("folder", BROKEN, ids=[p.parent.name for p in BROKEN])
-def test_the_reason_lines_next_command_run_as_printed_plans_something(
-        folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    step = next_command(folder)
+def plans_something(step: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`step`, run as printed, shows a diff, or a remedy that cannot apply with its manual steps,
+    or a catalogue entry; never "nothing to change"."""
     argv = shlex.split(step)
     assert argv[0] == "gpu-doctor", step
+    capsys.readouterr()
     assert main(argv[1:]) == 0, step
     out = capsys.readouterr()
     said = out.out + out.err
@@ -57,6 +56,19 @@ def test_the_reason_lines_next_command_run_as_printed_plans_something(
         assert re.search(r"^\+\+\+ ", out.out, re.M), (step, said)
     else:  # a remedy that cannot apply here: why, and the exact manual steps
         assert "(cannot apply here)" in said and re.search(r"^ +1\. ", said, re.M), (step, said)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", BROKEN, ids=[p.parent.name for p in BROKEN])
+def test_the_reason_lines_next_command_run_as_printed_plans_something(
+        folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = healthy_run(folder)
+    m = re.search(r"; next: (.+)$", reason_line(run))
+    assert m, reason_line(run)
+    plans_something(m.group(1), capsys)
+    step = run_json(run)["diagnosis"]["next"]  # the JSON's `next` too
+    if step:
+        plans_something(step, capsys)
 
 
 def test_a_remedy_with_nothing_to_change_is_not_the_next_step(tmp_path: Path) -> None:
