@@ -29,7 +29,7 @@ from doctor.remedy.edits import quote_if_needed, shell_files
 from doctor.remedy.model import SCRIPT_LINE, CannotPlan
 from doctor.remedy.spans import SpanEdits, at_targets, chain_root, job_of
 from doctor.remedy.text import TextDoc
-from remedies.scorep_env import _base_path
+from remedies.scorep_env import experiment_base
 
 TEMPLATE = Path(__file__).with_name("per_rank_launch.sh")
 LAUNCH_NAME = "run_ranks.sh"
@@ -288,7 +288,7 @@ def _multi_node(ctx: RemedyContext, job: Job, cmd: Command, launch: Launch) -> N
     per_node = sp.nproc
     alloc = sbatch_layout(job).tasks_per_node
     srun = next((w for w in cmd.wrappers if w.name == "srun"), None)
-    base = _base_path(cmd.var("SCOREP_EXPERIMENT_DIRECTORY"))
+    base = experiment_base(cmd.var("SCOREP_EXPERIMENT_DIRECTORY"))
     flags = " ".join(quote_if_needed(f) for f in launch.scorep.flags if f not in ("-m", "--module"))
     python = launch.interpreter
     edits = SpanEdits(ctx)

@@ -215,7 +215,7 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
                              ["Start each rank with its own folder: SCOREP_EXPERIMENT_DIRECTORY="
                               "scorep_rank_$RANK python -m scorep ... (or use gpu-doctor launch)."])
         value = f"scorep_rank_{rank}"
-        base = _base_path(var)
+        base = experiment_base(var)
         span = value_span(var) if var is not None else None
         # Score-P creates the experiment folder but not its parents: the base is made first
         if task_rank:  # the batch shell expands the line once: name the folder in each task's shell
@@ -247,7 +247,7 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
         ctx.note = "every launch already has its own folder, or per-rank-launch writes them"
 
 
-def _base_path(var: EnvVar | None) -> str | None:
+def experiment_base(var: EnvVar | None) -> str | None:
     """The folder the job names for its measurements, as written (`/scratch/$USER/scorep/run_$SLURM_JOB_ID`),
     when it is a path: each rank's folder goes under it, never into the submit folder (traces
     of several GB belong where the user put them). A bare name (`scorep_run`) is a folder in the
