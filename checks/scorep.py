@@ -307,7 +307,9 @@ def cuda_buffer(facts: Facts) -> list[Outcome]:
             if var is not None:
                 evidence.append(var_evidence(job, var))
             evidence.append(Evidence(f"SCOREP_CUDA_BUFFER={format_size(proposed)}", label="proposed"))
-            out.append(warn(f"{n} CUDA-recording ranks with a {format_size(size)} CUPTI buffer each: expect dropped "
+            lay = layout(job, cmd, launch)
+            over = f" ({lay.words()})" if lay.several_nodes else ""
+            out.append(warn(f"{n} CUDA-recording ranks{over} with a {format_size(size)} CUPTI buffer each: expect dropped "
                             f"records; set SCOREP_CUDA_BUFFER={format_size(proposed)}", evidence,
                             "scorep-cuda-buffer",
                             data=command_data(cmd) | {"var": "SCOREP_CUDA_BUFFER", "ranks": n,
