@@ -99,7 +99,7 @@ def test_every_process_says_its_nodes_and_tasks_per_node(tmp_path: Path) -> None
     jsonschema.validate(tree, {"type": "array", "items": {"$ref": "#/$defs/process"}, "$defs": schema["$defs"]})
     (script,) = tree
     (srun,) = script["children"]
-    assert (script["nodes"], script["tasks_per_node"]) == (2, 1)
+    assert (script["nodes"], script["tasks_per_node"], script["sbatch"]["nodes"]) == (1, 1, "2")  # the batch shell
     assert (srun["nodes"], srun["tasks_per_node"], srun["ranks"]) == (2, 4, 8)
     assert srun["ranks_how"] == "srun starts 8 tasks (2 nodes × 4 tasks, from #SBATCH)"
 

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from doctor.jobfolder.model import Command, EnvVar, Job, Launch
-from doctor.jobfolder.queries import layout, multi_rank, ranks, sbatch_layout
+from doctor.jobfolder.queries import layout, multi_rank, ranks
 
 # The environment values checks read; the others are not shown.
 SHOWN_ENV = ("SCOREP_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -122,7 +122,7 @@ def processes(job: Job) -> list[dict[str, Any]]:
             root = roots[cmd.flow] = {"kind": "script", "file": job.rel(top), "line": 1, "text": "",
                                       "argv": [], "cwd": job.rel(job.root) if job.root else None,
                                       "ranks": 1, "ranks_how": "the job script",
-                                      "nodes": sbatch_layout(job).nodes or 1, "tasks_per_node": 1,
+                                      "nodes": 1, "tasks_per_node": 1,  # the batch shell: the first node
                                       "sbatch": {o.name: o.value for o in f.sbatch} if f else {},
                                       "children": []}
         root["children"].append(node)
