@@ -224,6 +224,8 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
             value = f"$SCOREP_EXPERIMENT_DIRECTORY/{value}" if base else value
             edits.insert(first.file, first.start, first.line,
                          f"bash -c '{make}SCOREP_EXPERIMENT_DIRECTORY={value} exec \"$@\"' bash ")
+            if base:  # each task's shell reads the base: the other hosts' tasks need it too
+                _forward_to_other_hosts(job, edits, cmd, "SCOREP_EXPERIMENT_DIRECTORY")
         elif var is not None and span is not None and _per_rank_scope(cmd, var, rank):
             edits.replace(span, f"{base}/{value}" if base else value)
             if base and var.site is not None:

@@ -154,3 +154,24 @@ def test_art003_expects_the_ranks_of_every_node(tmp_path: Path) -> None:
     found = expected_ranks(job)
     assert found is not None and found[0] == 8
     assert found[1].text.startswith("8 ranks (2 nodes × 4 tasks, #SBATCH)"), found[1].text
+
+
+def test_an_mpirun_over_two_hosts_gets_the_base_folder_its_ranks_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Open MPI hands the other host's ranks only what `-x` names: the per-rank folder's base
+    (and a new SCOREP_CUDA_BUFFER) go on the list."""
+    from doctor.cli import main
+
+    root = write_job(tmp_path, {"run.sh": """\
+        #!/bin/bash
+        export SCOREP_TOTAL_MEMORY=3500M
+        export SCOREP_EXPERIMENT_DIRECTORY=/scratch/$USER/scorep/bert
+        mpirun -np 8 -H gpu01:4,gpu02:4 -x MASTER_ADDR=gpu01 -x MASTER_PORT=29555 -x SCOREP_TOTAL_MEMORY \\
+            python -m scorep --cuda train.py
+        """, "train.py": TRAIN})
+    assert main(["fix", str(root), "--apply", "--unsafe", "--only", "scorep-per-rank-dirs", "scorep-cuda-buffer"]) == 0
+    said = capsys.readouterr()
+    assert "scorep-per-rank-dirs: verified" in said.err + said.out
+    text = (root / "run.sh").read_text()
+    assert "mpirun -x SCOREP_CUDA_BUFFER -x SCOREP_EXPERIMENT_DIRECTORY -np 8" in text or \
+        "mpirun -x SCOREP_EXPERIMENT_DIRECTORY -x SCOREP_CUDA_BUFFER -np 8" in text, text
