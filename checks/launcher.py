@@ -8,7 +8,17 @@ from typing import Any
 from checks.launcher_cold_runtime import Adapter, ColdRuntime, cold_runtime, cuda_adapter
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Command, Job
-from doctor.jobfolder.queries import code_of, command_data, ev, link_unknown, problem_evidence, ranks, sbatch
+from doctor.jobfolder.queries import (
+    code_of,
+    command_data,
+    ev,
+    layout,
+    link_unknown,
+    one_script_for_all_nodes,
+    problem_evidence,
+    ranks,
+    sbatch,
+)
 from doctor.limits import bound_problem
 from doctor.model import Evidence, Layer, Outcome, Status, fail, passed, skip, unknown, warn
 from doctor.registry import check
@@ -100,7 +110,7 @@ def launcher_only(facts: Facts) -> list[Outcome]:
                     and v.site is not None},
         }
         out.append(fail(f"`python -m scorep` wraps {SPAWNER_WORDS.get(sp.kind, sp.kind)}: Score-P measures the "
-                        f"launcher agent only, not {_workers(sp)}", evidence,
+                        f"launcher agent only, not {_workers(sp, layout(job, cmd, launch))}", evidence,
                         "per-rank-launch", entities={"file": job.rel(cmd.site.file)}, data=data))
     if not found:
         out.append(link_unknown(job, "no `python -m scorep` launch")
@@ -108,8 +118,11 @@ def launcher_only(facts: Facts) -> list[Outcome]:
     return out
 
 
-def _workers(sp: Any) -> str:
-    """`the 4 workers it spawns`, or how many when the count is known only when the job runs."""
+def _workers(sp: Any, lay: Any = None) -> str:
+    """`the 4 workers it spawns` (`the 8 workers it spawns, 4 on each of 2 nodes`), or how many when
+    the count is known only when the job runs."""
+    if sp.nproc is not None and lay is not None and lay.several_nodes and lay.world is not None:
+        return f"the {lay.world} workers it spawns, {sp.nproc} on each of {lay.nodes} nodes"
     if sp.nproc is not None:
         return f"the {sp.nproc} workers it spawns"
     if sp.nproc_text:
@@ -148,6 +161,8 @@ def warmup_first(facts: Facts) -> list[Outcome]:
     Before the first `python -m scorep` launch of each job script, looks for a warm-up outside
     Score-P: a Python command that runs a real CUDA operation (`torch.zeros(1).cuda()`,
     `.to("cuda")`, `torch.cuda.init()`...) in a retry loop, or `gpu-doctor --check-only`.
+    For a launch over several nodes the warm-up must run on every one of them (an srun step
+    with one task per node): one in the batch shell warms the first node only.
 
     Why is this bad?
     Score-P's CUDA adapter, preloaded at process start, probes the CUDA runtime at once; on a
@@ -160,14 +175,15 @@ def warmup_first(facts: Facts) -> list[Outcome]:
 
     Remedy:
     A loop of `python -c "import torch; torch.zeros(1).cuda()"` in try/except with sleeps,
-    before `python -m scorep`.
+    before `python -m scorep`; over several nodes, that loop once on every node (`srun
+    --ntasks-per-node=1 bash -c '...'`, or one mpirun process per host).
 
     Severity:
     skip when no launch loads a CUDA adapter (no `--cuda`, nothing asks for CUDA recording:
     a ROCm job, a CPU profile); pass with a warm-up in a retry loop; warn without one (a risk on
     a freshly allocated node: GPU003 answered at the first attempt, or the node was not
-    measured here), also for a warm-up without retries and while only SCOREP_CUDA_ENABLE asks
-    for CUDA (SCP002); fail when the evidence shows a cold runtime: GPU003 "ready after
+    measured here), also for a warm-up without retries, one that runs on fewer nodes than the
+    launch, and while only SCOREP_CUDA_ENABLE asks for CUDA (SCP002); fail when the evidence shows a cold runtime: GPU003 "ready after
     attempt k" (k > 1) on this node, or error 802 / the FP16 ValueError in the job's logs.
 
     Fix safety:
@@ -203,6 +219,14 @@ def _warmup_outcome(job: Job, cmd: Command, adapter: Adapter, cold: ColdRuntime)
         data["next_step"] = cold.next_step
     if real:
         w = real[-1]
+        nodes = layout(job, cmd, launch).nodes
+        reach = layout(job, w).nodes
+        if nodes is not None and nodes > 1 and (reach or 1) < nodes and one_script_for_all_nodes(job, cmd):
+            return warn(f"the CUDA warm-up runs on {_first_nodes(reach)} only, the instrumented launch on {nodes} "
+                        f"nodes: the other nodes' runtimes stay cold for Score-P's CUDA adapter; run the warm-up "
+                        "once on every node (one srun task per node)",
+                        [ev(job, w.site, "warm-up"), ev(job, cmd.site, "launch")], "cuda-warmup",
+                        data=data | {"warmup_line": w.site.line, "nodes": nodes, "warmup_nodes": reach or 1})
         if w.loop is None and not (w.argv and w.argv[0].endswith("gpu-doctor")):
             return warn("the CUDA warm-up runs once: on a cold node the runtime can need tens of seconds; "
                         "retry it in a loop", [ev(job, w.site, "warm-up"), ev(job, cmd.site, "launch")],
@@ -228,6 +252,10 @@ def _warmup_outcome(job: Job, cmd: Command, adapter: Adapter, cold: ColdRuntime)
                     f"runtime at process start{why}", evidence, "cuda-warmup", data=data)
     return warn(f"no CUDA warm-up outside Score-P: the CUDA adapter is the first thing to touch CUDA "
                 f"({cold.why}){why}", evidence, "cuda-warmup", data=data)
+
+
+def _first_nodes(reach: int | None) -> str:
+    return "the first node (the batch shell)" if (reach or 1) == 1 else f"{reach} nodes"
 
 
 def hostlist(expr: str) -> set[str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from doctor.facts import Facts, ProbeFailure
 from doctor.jobfolder.model import Command, Job
-from doctor.jobfolder.queries import ev, sbatch, var_evidence
+from doctor.jobfolder.queries import ev, layout, sbatch, var_evidence
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
 from doctor.registry import check, manual_remedy
 
@@ -34,10 +34,9 @@ def _nodes(job: Job, commands: list[Command], env: dict[str, str]) -> tuple[int,
         if m and int(m.group(1)) > 1:
             return int(m.group(1)), ev(job, opt.site, "#SBATCH")
     for cmd in commands:
-        text = " ".join(cmd.argv)
-        m = re.search(r"--nnodes[= ](\d+)", text)
-        if m and int(m.group(1)) > 1:
-            return int(m.group(1)), ev(job, cmd.site, "launch")
+        lay = layout(job, cmd, cmd.instrumented or cmd.launch)
+        if lay.nodes is not None and lay.nodes > 1:
+            return lay.nodes, ev(job, cmd.site, "launch", f"{cmd.site.text}  ({lay.words()}: {lay.how})")
     value = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or ""
     if value.isdigit() and int(value) > 1:
         return int(value), Evidence(f"SLURM_JOB_NUM_NODES={value}", label="this allocation")
@@ -48,7 +47,8 @@ def _nodes(job: Job, commands: list[Command], env: dict[str, str]) -> tuple[int,
        needs=("job", "socket_route"), remedies=("socket-ifname",), handles_failures=True)
 def socket_interface(facts: Facts) -> Outcome:
     """What it does:
-    For a job over several nodes (`#SBATCH --nodes`, `--nnodes`, or this allocation) that sets
+    For a job over several nodes (`#SBATCH --nodes`, srun `-N`, torchrun `--nnodes`, mpirun's
+    hosts, submitit's `slurm_nodes`, Lightning's `num_nodes`, or this allocation) that sets
     neither GLOO_SOCKET_IFNAME nor NCCL_SOCKET_IFNAME, compares what the libraries would pick
     with the interface of this node's route to MASTER_ADDR (the kernel's answer through a
     connected UDP socket, like `ip route get`): gloo binds to the first of this node's own

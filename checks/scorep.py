@@ -16,11 +16,13 @@ from doctor.jobfolder.model import Job
 from doctor.jobfolder.queries import (
     command_data,
     ev,
+    layout,
     link_unknown,
     multi_rank,
     origin_evidence,
     rank_spelling,
     ranks,
+    same_on_every_node,
     settings,
     var_data,
     var_evidence,
@@ -237,7 +239,8 @@ def cuda_buffer(facts: Facts) -> list[Outcome]:
     """What it does:
     Reads the `[CUPTI Activity] Dropped N records ... Proposed minimum SCOREP_CUDA_BUFFER=P`
     warnings the logs hold (the `logscan` fact) and compares P with the buffer the job sets;
-    without logs, compares the buffer with the number of CUDA-recording ranks per node.
+    without logs, compares the buffer with the number of CUDA-recording ranks (over every
+    node: nodes × tasks per node).
 
     Why is this bad?
     Each process records CUDA activity into a `SCOREP_CUDA_BUFFER` (default 1M) that CUPTI
@@ -305,7 +308,9 @@ def cuda_buffer(facts: Facts) -> list[Outcome]:
             if var is not None:
                 evidence.append(var_evidence(job, var))
             evidence.append(Evidence(f"SCOREP_CUDA_BUFFER={format_size(proposed)}", label="proposed"))
-            out.append(warn(f"{n} CUDA-recording ranks with a {format_size(size)} CUPTI buffer each: expect dropped "
+            lay = layout(job, cmd, launch)
+            over = f" ({lay.words()})" if lay.several_nodes else ""
+            out.append(warn(f"{n} CUDA-recording ranks{over} with a {format_size(size)} CUPTI buffer each: expect dropped "
                             f"records; set SCOREP_CUDA_BUFFER={format_size(proposed)}", evidence,
                             "scorep-cuda-buffer",
                             data=command_data(cmd) | {"var": "SCOREP_CUDA_BUFFER", "ranks": n,
@@ -387,6 +392,9 @@ def experiment_per_rank(facts: Facts) -> list[Outcome]:
     For every instrumented launch that starts several measured processes at once (a
     backgrounded loop, srun/mpirun tasks, `torchrun --no-python python -m scorep`), checks that
     `SCOREP_EXPERIMENT_DIRECTORY` differs per rank; also reports collisions found in logs.
+    Ranks are counted over every node (nodes × tasks per node): a fixed folder is shared
+    across nodes too, and so is one named only by the node-local rank (LOCAL_RANK,
+    SLURM_LOCALID) without the node or the global rank.
 
     Why is this bad?
     Unnamed runs all write `scorep-measurement-tmp`, and a fixed name is the same folder for
@@ -399,8 +407,8 @@ def experiment_per_rank(facts: Facts) -> list[Outcome]:
     `SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$r` for each rank.
 
     Severity:
-    fail when several ranks write one experiment folder (the default or a fixed name), or the
-    logs show the collision; else pass.
+    fail when several ranks write one experiment folder (the default, a fixed name, or one per
+    node-local rank over several nodes), or the logs show the collision; else pass.
 
     Fix safety:
     Safe: sets one variable per rank.
@@ -455,6 +463,12 @@ def _shared_dir(job: Job, cmd: Any, why: str) -> list[Outcome]:
     if var is None:
         return [fail(f"the measured ranks share the default experiment folder (scorep-measurement-tmp): {said}",
                      launch_ev, "scorep-per-rank-dirs", data=data | {"value": None})]
+    lay = layout(job, cmd, cmd.instrumented)
+    if var.varies and lay.several_nodes and same_on_every_node(var):
+        return [fail(f"SCOREP_EXPERIMENT_DIRECTORY={var.raw} names the rank on its node only, so the ranks of the "
+                     f"{lay.nodes} nodes write the same folders: {said}", [launch_ev, var_evidence(job, var)],
+                     "scorep-per-rank-dirs", data=data | {"value": var.raw, "setting": var_data(var),
+                                                          "nodes": lay.nodes})]
     if var.varies:
         return [passed(f"SCOREP_EXPERIMENT_DIRECTORY={var.raw} differs per rank", var_evidence(job, var))]
     note = ""

@@ -168,6 +168,38 @@ def next_command(check_id: str, layer: str, remedies: Iterable[str], root: Any) 
     return f"gpu-doctor explain {check_id}"
 
 
+def planned_next(check_id: str, layer: str, remedies: Iterable[str], case: Any) -> str:
+    """`next_command`, after asking each remedy's plan what the printed command would answer:
+    `gpu-doctor fix PATH --only ID` plans the job checks of the folder as they are now, so a
+    remedy that plans changes gives its diff; one that cannot apply here gives the listing,
+    which says why and the manual steps; one with nothing to change is passed over (never a
+    `next:` that answers "nothing to change"); else the catalogue entry."""
+    from doctor import registry
+
+    root = getattr(case, "root", None)
+    if root is None or layer not in JOB_LAYERS:
+        return f"gpu-doctor explain {check_id}"
+    from doctor.remedy.verify import check_and_plan
+
+    for rid in remedies:
+        rem = registry.remedy_for(rid)
+        if rem is None or rem.plan is None or rem.safety == Safety.MANUAL:
+            continue
+        unsafe = " --unsafe" if rem.safety == Safety.UNSAFE else ""
+        try:
+            _run, plan = check_and_plan(case, only=[rid], unsafe=True, budget_s=30.0)
+        except Exception:  # noqa: BLE001 - a plan that cannot be made is not a next step
+            continue
+        rp = next((p for p in plan.remedies + plan.skipped if p.remedy_id == rid), None)
+        if rp is None:
+            continue
+        if rp.status == "ready":
+            return f"gpu-doctor fix {shlex.quote(str(root))} --only {rid}{unsafe} --diff"
+        if rp.status == "cannot":
+            return f"gpu-doctor fix {shlex.quote(str(root))} --only {rid}{unsafe}"
+    return f"gpu-doctor explain {check_id}"
+
+
 def problems(results: Iterable[CheckResult], root: Any = None) -> list[Problem]:
     """The warn/fail findings of a run, one per key (a check, or a check and log signature)."""
     found: dict[str, Problem] = {}

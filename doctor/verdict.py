@@ -86,7 +86,7 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
         roots = [r for r in diagnosis.root_causes if any(b.check_id == r.problem.check_id for b in bad)]
         ids = list(dict.fromkeys([r.problem.check_id for r in roots] + [r.check_id for r in bad]))
         first = next((b for b in bad if roots and b.check_id == roots[0].problem.check_id), bad[0])
-        step = next_for(first, diagnosis, run) or step
+        step = next_for(first, diagnosis, run) or _first_step(diagnosis, run)
         if len(bad) > 2 or roots:
             causes = "; root causes: " + ", ".join(_root_words(r) for r in roots) if roots else ""
             line = (f"gpu-doctor: FAIL on {host}: {count(len(bad), 'check')} "
@@ -109,6 +109,8 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
     warns = [r.check_id for r in run.results if r.status == Status.WARN]
     note = f" (warnings: {', '.join(warns)})" if warns else ""
     line = f"gpu-doctor: OK on {host}: {summary or 'no checks'}{note}"
+    if step is not None and step.startswith("gpu-doctor fix "):
+        step = _first_step(diagnosis, run)
     if step is None:
         odd = [r for r in run.results if r.status in (Status.UNKNOWN, Status.TIMEOUT)]
         step = f"gpu-doctor explain {odd[0].check_id}" if odd else None
@@ -122,15 +124,35 @@ def _root_words(root: Any) -> str:
 
 
 def next_for(result: CheckResult, diagnosis: Any, run: Run) -> str | None:
-    """The next command for one check's result: its root-cause entry's, else its own."""
-    from doctor.diagnosis import next_command
-
+    """The next command for one check's result: its root-cause entry's, else its own, each as its
+    remedy's plan answers it (`diagnosis.planned_next`)."""
     for r in diagnosis.root_causes:
         if r.problem.check_id == result.check_id:
-            return str(r.problem.next_step)
+            return _planned(run, r.problem.check_id, r.problem.layer, r.problem.remedies)
     if result.status in (Status.PASS, Status.SKIP):
         return None
-    return next_command(result.check_id, result.layer, result.remedies, run.case.root)
+    return _planned(run, result.check_id, result.layer, tuple(result.remedies))
+
+
+def _planned(run: Run, check_id: str, layer: str, remedies: tuple[str, ...]) -> str:
+    """`diagnosis.planned_next`, asked once per run (the reason line and the JSON's `next` agree)."""
+    from doctor.diagnosis import planned_next
+
+    memo = run.extra.setdefault("planned_next", {})
+    key = (check_id, layer, tuple(remedies))
+    if key not in memo:
+        memo[key] = planned_next(check_id, layer, remedies, run.case)
+    return str(memo[key])
+
+
+def _first_step(diagnosis: Any, run: Run) -> str | None:
+    """The diagnosis's own next step (the first root cause's, else the worst problem's), planned."""
+    firsts = [r.problem for r in diagnosis.root_causes] + [u.problem for u in diagnosis.unexplained] \
+        + list(diagnosis.independent)
+    if not firsts or diagnosis.next_step is None:
+        return None
+    p = next((f for f in firsts if f.next_step == diagnosis.next_step), firsts[0])
+    return _planned(run, p.check_id, p.layer, p.remedies)
 
 
 def _remedy_json(rid: str, applied: dict[str, Any]) -> dict[str, Any]:
@@ -177,7 +199,6 @@ def check_json(r: CheckResult, applied: dict[str, Any] | None = None) -> dict[st
 
 
 def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) -> dict[str, Any]:
-    from doctor.diagnosis import diagnose
 
     code = exit_code(run, fail_on)
     unread = not_checked(run)
@@ -203,9 +224,20 @@ def run_json(run: Run, fail_on: str = "error", argv: list[str] | None = None) ->
         "counts": counts(run.results),
         "not_checked": f"{unread[0]}: {unread[1]}" if unread else None,
         "checks": [check_json(r, run.extra.get("applied")) for r in run.results],
-        "diagnosis": diagnose(run).to_json(),
+        "diagnosis": _diagnosis_json(run),
         **_job_json(run),
     }
+
+
+def _diagnosis_json(run: Run) -> dict[str, Any]:
+    """The diagnosis, its `next` as the remedy's plan answers it (as the reason line says)."""
+    from doctor.diagnosis import diagnose
+
+    diagnosis = diagnose(run)
+    doc = diagnosis.to_json()
+    if isinstance(doc.get("next"), str) and doc["next"].startswith("gpu-doctor fix "):
+        doc["next"] = _first_step(diagnosis, run)
+    return doc
 
 
 def _job_json(run: Run) -> dict[str, Any]:

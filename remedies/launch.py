@@ -2,9 +2,12 @@
 
 - `per-rank-launch` (unsafe: it changes how the ranks start) writes a per-rank
   launch script next to the job script (one `python -m scorep` per rank, field
-  guide error 8) and makes the job script call it instead of torchrun.
+  guide error 8) and makes the job script call it instead of torchrun; over
+  several nodes, the srun form (`run_rank.sh` per srun task) or the torchrun form
+  (`torchrun --no-python ./scorep_rank.sh`), see `_multi_node`.
 - `cuda-warmup` (safe) puts the field guide's warm-up loop (errors 1-3) before
-  the instrumented launch: a real CUDA op in try/except, outside Score-P.
+  the instrumented launch: a real CUDA op in try/except, outside Score-P; over
+  several nodes as one step with one task per node.
 - `exclude-node` (safe) adds the node that failed GPU003 to `#SBATCH --exclude=`.
 """
 
@@ -12,11 +15,13 @@ from __future__ import annotations
 
 import os
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import Command, Job, Launch, Span, Word
+from doctor.jobfolder.queries import layout, one_script_for_all_nodes, sbatch_layout
 from doctor.model import Phase, Safety, Status
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
@@ -24,6 +29,7 @@ from doctor.remedy.edits import quote_if_needed, shell_files
 from doctor.remedy.model import SCRIPT_LINE, CannotPlan
 from doctor.remedy.spans import SpanEdits, at_targets, chain_root, job_of
 from doctor.remedy.text import TextDoc
+from remedies.scorep_env import experiment_base
 
 TEMPLATE = Path(__file__).with_name("per_rank_launch.sh")
 LAUNCH_NAME = "run_ranks.sh"
@@ -83,23 +89,99 @@ def cuda_warmup(ctx: RemedyContext) -> None:
                           "see the loop in the field guide (error 3) or `gpu-doctor explain LNC002`."])
     edits = SpanEdits(ctx)
     done: set[str] = set()
+    summary = "CUDA warm-up loop before the instrumented launch"
     for cmd, launch in launches:
         root = chain_root(cmd)
-        if root.site.file in done:
+        lay = layout(job, cmd, launch)
+        file, line = root.site.file, root.statement_line or root.site.line
+        # a per-task script (not the job script's own line, nor a `bash -c` on its srun line)
+        in_a_task = root.per_task and root.site.file not in {f.path for f in job.shell_files if f.role == "job"}
+        caller = _task_caller(job, root, edits) if lay.several_nodes and in_a_task else None
+        if caller is not None:  # before the srun line that starts the per-task script
+            (file, line), in_a_task = caller, False
+        if file in done:
             continue
-        done.add(root.site.file)
-        if WARMUP_MARK in edits.doc(root.site.file).text:
-            where = job.rel(root.site.file)
+        done.add(file)
+        first_node_only = any(t.data.get("warmup_nodes") for t in ctx.targets())
+        if WARMUP_MARK in edits.doc(file).text and not first_node_only:
+            where = job.rel(file)
             ctx.note = (f"{where}, which per-rank-launch writes, warms CUDA up before its ranks"
-                        if not os.path.exists(root.site.file) else
+                        if not os.path.exists(file) else
                         f"{where} already warms CUDA up before the instrumented launch")
             continue
         python = launch.interpreter if not launch.interpreter.startswith("$") else "python"
-        line = root.statement_line or root.site.line
-        doc = edits.doc(root.site.file)
-        edits.insert_lines_before(root.site.file, comment_top(doc, line), warmup_block(python, doc.indent_of(line)),
-                                  indent="")
-    edits.write(SCRIPT_LINE, "CUDA warm-up loop before the instrumented launch")
+        doc = edits.doc(file)
+        if lay.several_nodes and one_script_for_all_nodes(job, cmd) and not in_a_task:
+            step, how = _one_task_per_node(job, cmd, lay.nodes)
+            block = node_warmup_block(python, doc.indent_of(line), step)
+            summary = f"CUDA warm-up on each of the {lay.nodes} nodes ({how}) before the launch"
+        else:
+            block = warmup_block(python, doc.indent_of(line))
+            summary = "CUDA warm-up loop before the instrumented launch"
+        edits.insert_lines_before(file, comment_top(doc, line), block, indent="")
+    edits.write(SCRIPT_LINE, summary)
+
+
+SRUN_PER_NODE = 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1'
+
+
+def _one_task_per_node(job: Job, cmd: Command, nodes: int | None) -> tuple[str, str]:
+    """(the command that runs one task on each node of the launch, its words for the plan).
+
+    srun inside a Slurm allocation; mpirun over the launch's own hosts (-H without the slot
+    counts, or its hostfile) with one process per node (Open MPI's --map-by ppr:1:node)."""
+    task = next((w for w in reversed(cmd.wrappers) if w.name in ("mpirun", "mpiexec", "orterun")), None)
+    if task is not None and nodes:
+        argv = list(task.argv)
+        for i, a in enumerate(argv[:-1]):
+            if a in ("-H", "--host", "-host"):
+                hosts = ",".join(dict.fromkeys(h.split(":")[0] for h in argv[i + 1].split(",")))
+                return (f"{task.name} -np {nodes} -H {quote_if_needed(hosts)} --map-by ppr:1:node -x PATH",
+                        f"one {task.name} process per host")
+            if a in ("--hostfile", "-hostfile", "-machinefile", "--machinefile"):
+                return (f"{task.name} -np {nodes} {a} {quote_if_needed(argv[i + 1])} --map-by ppr:1:node -x PATH",
+                        f"one {task.name} process per host")
+    return SRUN_PER_NODE, "one srun task per node"
+
+
+def _task_caller(job: Job, cmd: Command, edits: SpanEdits) -> tuple[str, int] | None:
+    """(job script, line) of the srun/mpirun statement that starts the per-task script `cmd` is in
+    (the walker follows that call into the script without keeping it as a command)."""
+    name = os.path.basename(cmd.site.file)
+    for f in job.shell_files:
+        if f.role != "job" or f.path == cmd.site.file:
+            continue
+        lines = edits.doc(f.path).text.splitlines()  # as planned so far (per-rank-launch's call)
+        for n, text in enumerate(lines, 1):
+            words = text.split()
+            if any(os.path.basename(w) == name for w in words):
+                first = n
+                while first > 1 and lines[first - 2].rstrip().endswith("\\"):
+                    first -= 1
+                statement = " ".join(lines[first - 1:n])
+                if any(argvmod.base(w) in TASK_LAUNCHERS for w in statement.split()):
+                    return f.path, first
+    return None
+
+
+def node_warmup_block(python: str, indent: str = "", step: str = SRUN_PER_NODE) -> list[str]:
+    """The warm-up loop as one step with one task per node: each node retries its own runtime,
+    and the one that never becomes ready says its name and fails the job.
+
+    srun gets `--ntasks` with `--ntasks-per-node=1` because it otherwise takes the job's task
+    count from SLURM_NTASKS and ignores the per-node count."""
+    loop = warmup_block(python)[2:]  # the loop and its exit, without the two comment lines
+    body = loop
+    lines = [
+        f"# {WARMUP_MARK}: initialise the CUDA runtime on every node of the job before python -m scorep",
+        "# preloads its CUDA adapter (a runtime not ready then stays broken for that process): one",
+        "# task per node, each retrying until its own GPUs answer.",
+        f"{step} bash -c '",
+        *body,
+        "' || exit 1",
+    ]
+    inside = range(4, len(lines) - 1)
+    return [ln if i in inside or not ln else indent + ln for i, ln in enumerate(lines)]
 
 
 def comment_top(doc: TextDoc, line: int) -> int:
@@ -122,6 +204,9 @@ def per_rank_launch(ctx: RemedyContext) -> None:
     for cmd, launch in wrapped:
         if launch.spawner is None or launch.spawner.kind not in REWRITABLE:
             continue
+        if _spawner_nodes(launch) not in ("1", "1:1"):
+            _multi_node(ctx, job, cmd, launch)
+            return
         run = torchrun_words(job, cmd, launch)
         path = Path(cmd.site.file)
         target = _free_name(ctx, path.parent)
@@ -153,6 +238,149 @@ def per_rank_launch(ctx: RemedyContext) -> None:
                           "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N (field guide, error 8), or use "
                           "`gpu-doctor launch`."])
     ctx.note = "no python -m scorep launch wraps torchrun"
+
+
+def _spawner_nodes(launch: Launch) -> str:
+    """The spawner's node count as written (`--nnodes`, accelerate's --num_machines...), "1" without one."""
+    sp = launch.spawner
+    assert sp is not None
+    kind = "torchrun" if sp.kind in TORCHRUN_KINDS else sp.kind
+    key = NNODES_OPTION.get(kind, "--nnodes")
+    args = list(sp.argv)
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name.replace("-", "_") == key.replace("-", "_"):
+            return value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if not a.startswith("-"):
+            break
+    return "1"
+
+
+TASK_LAUNCHERS = ("srun", "mpirun", "mpiexec", "orterun")
+TORCHRUN_KINDS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+NODE_RANK_SCRIPT = "scorep_rank.sh"
+SRUN_RANK_SCRIPT = "run_rank.sh"
+
+
+def _multi_node(ctx: RemedyContext, job: Job, cmd: Command, launch: Launch) -> None:
+    """`python -m scorep torchrun --nnodes=N ...`: measure every worker on every node.
+
+    Two forms, chosen by what the allocation already gives each rank:
+    - srun: where `#SBATCH --ntasks-per-node` equals the workers per node, Slurm has allotted a
+      task (its CPUs and GPUs) per rank, so srun starts every rank itself, each its own
+      `python -m scorep`, its rank from SLURM_PROCID; no launcher agent stands between.
+    - torchrun: otherwise (one task per node sized for torchrun's agent, or no srun) torchrun
+      stays, with its rendezvous, and starts each worker through a wrapper that runs
+      `python -m scorep` (`torchrun --no-python ./scorep_rank.sh train.py ...`)."""
+    sp = launch.spawner
+    assert sp is not None and launch.scorep is not None
+    where_at = f"{job.rel(cmd.site.file)}:{cmd.site.line}"
+    if sp.kind not in TORCHRUN_KINDS or sp.no_python or launch.training_script is None or any(
+            a in ("-m", "--module") for a in sp.argv[:len(sp.argv) - len(launch.training_args) - 1]):
+        raise CannotPlan(f"{where_at}: {sp.kind} runs on {_spawner_nodes(launch)} nodes; over several nodes "
+                         "gpu-doctor rewrites only torchrun starting a Python script",
+                         ["Inside the Slurm allocation, start one task per rank with srun, each task its own "
+                          "python -m scorep: `srun --ntasks-per-node=<ranks per node> bash -c 'RANK=$SLURM_PROCID "
+                          "LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS SCOREP_EXPERIMENT_DIRECTORY="
+                          "scorep_rank_$SLURM_PROCID exec python -m scorep --cuda train.py'` (MASTER_ADDR: the "
+                          "first node of the allocation), or use gpu-doctor launch."])
+    lay = layout(job, cmd, launch)
+    per_node = sp.nproc
+    alloc = sbatch_layout(job).tasks_per_node
+    srun = next((w for w in cmd.wrappers if w.name == "srun"), None)
+    base = experiment_base(cmd.var("SCOREP_EXPERIMENT_DIRECTORY"))
+    flags = " ".join(quote_if_needed(f) for f in launch.scorep.flags if f not in ("-m", "--module"))
+    python = launch.interpreter
+    edits = SpanEdits(ctx)
+    folder = Path(cmd.site.file).parent
+    n_script = len(launch.training_args) + 1
+    script_word = cmd.argv_words[len(cmd.argv_words) - n_script]
+    if srun is not None and per_node is not None and alloc == per_node:
+        target = _free(ctx, folder, SRUN_RANK_SCRIPT)
+        why = (f"srun form: #SBATCH --ntasks-per-node={alloc} already gives each of the {lay.world or '?'} ranks ({lay.words()}) its own "
+               "task, so srun starts every rank itself (RANK from SLURM_PROCID) and torchrun is no longer used")
+        ctx.create(target, _rank_script("srun", python, flags, base, f"{Path(cmd.site.file).name}:{cmd.site.line}",
+                                        why), f"per-task script: one python -m scorep per srun task ({target.name})",
+                   0o755)
+        master = _rendezvous(sp.argv)
+        prefix = [f"MASTER_ADDR={master[0]}"] if master[0] else []
+        prefix += [f"MASTER_PORT={master[1]}"] if master[1] else []
+        words = prefix + ["srun", f"--ntasks-per-node={per_node}",
+                          f'--ntasks="$((SLURM_JOB_NUM_NODES * {per_node}))"', "bash", f"./{target.name}"]
+        assert cmd.span is not None
+        edits.replace(Span(cmd.span.file, cmd.span.start, script_word.span.start, cmd.span.line, cmd.span.col,
+                           script_word.span.line, script_word.span.col), " ".join(words) + " ")
+        edits.write(SCRIPT_LINE, why)
+        ctx.note = why
+        return
+    why = ("torchrun form: " + ("the allocation gives one task per node, sized for torchrun's agent"
+                                if srun is not None else "nothing but torchrun's rendezvous assigns the ranks here")
+           + f", so torchrun stays and starts each of its {lay.world or '?'} workers ({lay.words()}) as its own "
+           "python -m scorep "
+           "(--no-python and a wrapper)")
+    target = _free(ctx, folder, NODE_RANK_SCRIPT)
+    ctx.create(target, _rank_script("torchrun", python, flags, base, f"{Path(cmd.site.file).name}:{cmd.site.line}",
+                                    why), f"per-worker wrapper: one python -m scorep per torchrun worker ({target.name})",
+               0o755)
+    sw = argvmod.scorep_words(cmd)
+    assert sw is not None
+    last = max(sw.options) if sw.options else sw.scorep
+    keep_python = sp.kind != "torchrun"  # `python -m torch.distributed.run`: the interpreter stays
+    first = sw.python + 1 if keep_python else sw.python
+    start, end = cmd.argv_words[first].span, cmd.argv_words[last + 1].span
+    edits.replace(Span(start.file, start.start, end.start, start.line, start.col, end.line, end.col), "")
+    edits.insert(script_word.span.file, script_word.span.start, script_word.span.line, f"--no-python ./{target.name} ")
+    edits.write(SCRIPT_LINE, why)
+    ctx.note = why
+
+
+def _free(ctx: RemedyContext, folder: Path, name: str) -> Path:
+    stem, dot, ext = name.partition(".")
+    for n in range(1, 100):
+        path = folder / (name if n == 1 else f"{stem}_{n}{dot}{ext}")
+        if ctx.draft.read(path) is None:
+            return path
+    raise CannotPlan(f"no free name for {name} in {folder}")
+
+
+def _rendezvous(argv: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """(address, port) torchrun's options name: --master_addr/--master_port, else --rdzv_endpoint host:port."""
+    opts: dict[str, str] = {}
+    for i, a in enumerate(argv):
+        name, eq, value = a.partition("=")
+        if name.startswith("--"):
+            opts[name.replace("-", "_")] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    addr, port = opts.get("__master_addr"), opts.get("__master_port")
+    endpoint = opts.get("__rdzv_endpoint")
+    if endpoint and not addr:
+        host, _, p = endpoint.rpartition(":")
+        addr, port = (host or endpoint), (port or p or None)
+    return addr or None, port or None
+
+
+def _rank_script(form: str, python: str, flags: str, base: str | None, source: str, why: str) -> str:
+    """The per-rank script of the multi-node forms: name the rank's folder, then exec python -m scorep."""
+    folder = "$SCOREP_EXPERIMENT_DIRECTORY/scorep_rank_${RANK}" if base else "scorep_rank_${RANK}"
+    lines = ["#!/usr/bin/env bash",
+             f"# One rank of {source}, generated by gpu-doctor (remedy per-rank-launch, check LNC001).",
+             *textwrap.wrap(why[0].upper() + why[1:] + ".", 96, initial_indent="# ", subsequent_indent="# ",
+                           break_on_hyphens=False),
+             "#"]
+    if form == "srun":
+        lines += ["# srun starts this once per task: Slurm's task is the rank (RANK from SLURM_PROCID), and",
+                  "# each rank is its own python -m scorep with its own experiment folder.",
+                  'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS"',
+                  'export LOCAL_WORLD_SIZE="${SLURM_NTASKS_PER_NODE%%(*}"',
+                  'export MASTER_ADDR="${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}"',
+                  'export MASTER_PORT="${MASTER_PORT:-29500}"']
+    else:
+        lines += ["# torchrun --no-python starts this once per worker (RANK, LOCAL_RANK, WORLD_SIZE set): each",
+                  "# worker is its own python -m scorep with its own experiment folder."]
+    if base:
+        lines.append('mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"  # the job\'s own base folder: Score-P makes no parents')
+    lines += [f"export SCOREP_EXPERIMENT_DIRECTORY={folder}",
+              f'exec {python} -m scorep{" " + flags if flags else ""} "$@"', ""]
+    return "\n".join(lines)
 
 
 REWRITABLE = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "wrapper-script", "accelerate",

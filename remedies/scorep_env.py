@@ -11,10 +11,11 @@ change how Score-P measures, not what the job computes.
 from __future__ import annotations
 
 import re
+import shlex
 
 from doctor.jobfolder import argv as argvmod
-from doctor.jobfolder.model import Command, EnvVar, Span
-from doctor.jobfolder.queries import TASK_RANKS, rank_spelling, settings
+from doctor.jobfolder.model import Command, EnvVar, Job, Span
+from doctor.jobfolder.queries import TASK_RANKS, layout, rank_spelling, same_on_every_node, settings
 from doctor.jobfolder.scorep_values import (
     PROPOSED_TOTAL_MEMORY,
     TOTAL_MEMORY_LIMIT,
@@ -106,7 +107,21 @@ def cuda_buffer(ctx: RemedyContext) -> None:
     else:
         root = chain_root(cmd)
         edits.insert_lines_before(root.site.file, root.statement_line or root.site.line, [line])
+    _forward_to_other_hosts(job, edits, cmd, "SCOREP_CUDA_BUFFER")
     edits.write(ENV, line)
+
+
+def _forward_to_other_hosts(job: Job, edits: SpanEdits, cmd: Command, name: str) -> None:
+    """Open MPI's mpirun hands the ranks on other hosts only the variables its `-x` names: where
+    the launch lists its variables that way over several hosts, a new one goes on the list."""
+    for i, word in enumerate(cmd.argv):
+        if argvmod.base(word) not in ("mpirun", "mpiexec", "orterun"):
+            continue
+        forwarded = [cmd.argv[k + 1].split("=", 1)[0] for k in range(i, len(cmd.argv) - 1) if cmd.argv[k] == "-x"]
+        if forwarded and name not in forwarded and layout(job, cmd, cmd.instrumented).several_nodes:
+            span = cmd.argv_words[i].span
+            edits.insert(span.file, span.end, span.line, f" -x {name}")
+        return
 
 
 def _last_scorep_setting(cmd: Command) -> Span | None:
@@ -180,14 +195,17 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
     for cmd, launch in at_targets(ctx, job.instrumented):
         several, _why = multi_rank(job, cmd, launch)
         var = cmd.var("SCOREP_EXPERIMENT_DIRECTORY")
-        if var is not None and var.varies:
+        if var is not None and var.varies and not (layout(job, cmd, launch).several_nodes
+                                                   and same_on_every_node(var)):
             continue
         spawner = (cmd.launch.spawner if cmd.launch is not None else None)
         if spawner is not None and spawner.kind != "wrapper-script" and not spawner.no_python:
             if "per-rank-launch" in ctx.planned:
                 continue
             raise CannotPlan("torchrun spawns the ranks, so one wrapper measures them all",
-                             ["Apply per-rank-launch: gpu-doctor fix --only per-rank-launch --apply --unsafe"])
+                             ["Apply per-rank-launch, which gives every rank its own python -m scorep and folder: "
+                              f"gpu-doctor fix {shlex.quote(str(ctx.case.root or '.'))} --only per-rank-launch "
+                              "--apply --unsafe"])
         if not several and not cmd.background:
             continue
         task_rank = _task_rank(cmd)
@@ -197,16 +215,28 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
                              ["Start each rank with its own folder: SCOREP_EXPERIMENT_DIRECTORY="
                               "scorep_rank_$RANK python -m scorep ... (or use gpu-doctor launch)."])
         value = f"scorep_rank_{rank}"
+        base = experiment_base(var)
         span = value_span(var) if var is not None else None
+        # Score-P creates the experiment folder but not its parents: the base is made first
         if task_rank:  # the batch shell expands the line once: name the folder in each task's shell
             first = cmd.argv_words[len(cmd.argv) - len(argvmod.strip_wrappers(list(cmd.argv))[1])].span
+            make = 'mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY" && ' if base else ""
+            value = f"$SCOREP_EXPERIMENT_DIRECTORY/{value}" if base else value
             edits.insert(first.file, first.start, first.line,
-                         f"bash -c 'SCOREP_EXPERIMENT_DIRECTORY={value} exec \"$@\"' bash ")
+                         f"bash -c '{make}SCOREP_EXPERIMENT_DIRECTORY={value} exec \"$@\"' bash ")
+            if base:  # each task's shell reads the base: the other hosts' tasks need it too
+                _forward_to_other_hosts(job, edits, cmd, "SCOREP_EXPERIMENT_DIRECTORY")
         elif var is not None and span is not None and _per_rank_scope(cmd, var, rank):
-            edits.replace(span, value)
+            edits.replace(span, f"{base}/{value}" if base else value)
+            if base and var.site is not None:
+                edits.insert_lines_before(var.site.file, var.site.line, [f'mkdir -p "{base}"'])
         elif var is None or _on_command(cmd, var) is False:
             head = cmd.span
             assert head is not None
+            if base:
+                value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}"
+                edits.insert_lines_before(head.file, cmd.statement_line or head.line,
+                                          ['mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"'])
             edits.insert(head.file, head.start, head.line, f"SCOREP_EXPERIMENT_DIRECTORY={value} ")
         else:
             at = f"{job.rel(var.site.file)}:{var.site.line}" if var.site else where(job, None, cmd)
@@ -214,9 +244,19 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
                              "gpu-doctor can edit", [f"Set SCOREP_EXPERIMENT_DIRECTORY={value} there by hand."])
         done += 1
     if done:
-        edits.write(ENV, "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N for each rank")
+        edits.write(ENV, "SCOREP_EXPERIMENT_DIRECTORY=[base/]scorep_rank_N for each rank")
     elif not ctx.note:
         ctx.note = "every launch already has its own folder, or per-rank-launch writes them"
+
+
+def experiment_base(var: EnvVar | None) -> str | None:
+    """The folder the job names for its measurements, as written (`/scratch/$USER/scorep/run_$SLURM_JOB_ID`),
+    when it is a path: each rank's folder goes under it, never into the submit folder (traces
+    of several GB belong where the user put them). A bare name (`scorep_run`) is a folder in the
+    submit folder itself: the ranks' folders take its place there."""
+    if var is None or not var.raw or "/" not in var.raw.rstrip("/"):
+        return None
+    return var.raw.rstrip("/")
 
 
 def _task_launcher_on_line(cmd: Command) -> str | None:

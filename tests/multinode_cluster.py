@@ -106,13 +106,18 @@ class MultiNodeSlurm(LocalSlurm):
     """node1..node3, partition `debug`, optional Prolog; clients run here against 10.213.0.1."""
 
     def __init__(self, root: Path, prolog: Path | None = None, prolog_timeout: int = 60,
-                 cpus: int = 2, scratch: Path | None = None, slurmd_timeout: int = 300) -> None:
+                 cpus: int = 2, scratch: Path | None = None, slurmd_timeout: int = 300,
+                 resolve_names: bool = False) -> None:
         """`scratch`: a folder that is node-local on every node (a tmpfs of its own per node,
         in each slurmd's mount namespace), like /scratch or /tmp on a real cluster.
+        `resolve_names`: the node names resolve on the nodes, as on a real cluster (an hosts
+        file with node1..node3 bind-mounted over /etc/hosts in each slurmd's mount namespace;
+        the machine's own /etc/hosts is untouched); off, they resolve nowhere.
         `slurmd_timeout`: SlurmdTimeout, how long slurmctld waits for a silent slurmd before it
         sets the node DOWN and fails its jobs (Slurm's default 300 s)."""
         super().__init__(root, prolog=prolog, prolog_timeout=prolog_timeout, cpus=cpus)
         self.scratch = scratch
+        self.resolve_names = resolve_names
         self.slurmd_timeout = slurmd_timeout
         self.host = NODES[0]
         self.nodes = NODES
@@ -216,13 +221,20 @@ PartitionName=debug Nodes=node[1-3] Default=YES MaxTime=INFINITE State=UP
 
     def _node_command(self, node: str) -> list[str]:
         """slurmd with the node's hostname (and, with `scratch`, its own scratch tmpfs)."""
-        if self.scratch is None:
+        if self.scratch is None and not self.resolve_names:
             return ["unshare", "--uts", "sh", "-c", f'hostname {node} && exec /usr/sbin/slurmd -D -f "$0"',
                     str(self.conf)]
-        self.scratch.mkdir(parents=True, exist_ok=True)
+        mounts = ""
+        if self.scratch is not None:
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            mounts += f'mount -t tmpfs -o size=64m scratch-{node} "$1" && '
+        hosts = self.root / "hosts"
+        if self.resolve_names:
+            hosts.write_text("127.0.0.1 localhost\n" + "".join(f"{node_address(n)} {n}\n" for n in NODES))
+            mounts += 'mount --bind "$2" /etc/hosts && '
         return ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
-                f'hostname {node} && mount -t tmpfs -o size=64m scratch-{node} "$1" && '
-                'exec /usr/sbin/slurmd -D -f "$0"', str(self.conf), str(self.scratch)]
+                f'hostname {node} && {mounts}exec /usr/sbin/slurmd -D -f "$0"', str(self.conf),
+                str(self.scratch or ""), str(hosts)]
 
     def stop(self) -> None:
         """Cancel the jobs, stop the daemons, kill what is left in the nodes, remove the network."""

@@ -48,7 +48,9 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "perrank_cfor": {"SCR002": {("train.py", 22)}},
     # a plain HF Trainer job: PyTorch >= 2.4 warns when the group outlives the process (SCR002 warn)
     "hf_trainer_args": {"TRN001": {("finetune.sh", 12)}, "SCR002": {("run_glue.py", 18)}},
-    "multinode_rdzv": {"SCP006": {("node_wrapper.sh", 2)}},
+    # 2 nodes × 4 workers: 8 CUPTI users; the batch shell's warm-up reaches the first node only
+    "multinode_rdzv": {"SCP006": {("node_wrapper.sh", 2)}, "SCP004": {("node_wrapper.sh", 3)},
+                       "LNC002": {("multinode.sbatch", 18)}},
     "submit_dir_memory": {"SCP003": {("job.slurm", 9)}, "LNC002": {("job.slurm", 10), ("job.slurm", 12)}},
     # PROFILE=1 above: the `then` branch sets LAUNCH, the `else` one does not run
     "if_profile_switch": {"SCP002": {("job.sh", 24), ("job.sh", 10)}, "SCP005": {("job.sh", 10)}},
@@ -82,7 +84,37 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "read_memory": {"SCP003": {("job.sh", 9)}, "SCP009": {("job.sh", 9)}},  # read -r SCOREP_TOTAL_MEMORY <<< ...
     "printf_v_memory": {"SCP003": {("job.sh", 9)}},  # printf -v SCOREP_TOTAL_MEMORY '%dG' 8: 8G
     "nameref_memory": {"SCP003": {("job.sh", 10)}},  # declare -n target=$1; target=$2: the caller's 8G
+    # several nodes: the ranks counted over every node, the warm-up wanted on each
+    "srun_two_nodes_one_task": {"SCP006": {("resnet.sbatch", 15), ("resnet.sbatch", 13)},
+                                "LNC002": {("resnet.sbatch", 15)}},
+    "srun_two_nodes_four_tasks": {"SCP006": {("job.slurm", 20), ("job.slurm", 18)}, "SCP004": {("job.slurm", 20)},
+                                  "LNC002": {("job.slurm", 20)}},
+    "torchrun_two_nodes_scorep": {"LNC001": {("llm.sbatch", 17)}, "SCP006": {("llm.sbatch", 15)},
+                                  "SCP004": {("llm.sbatch", 17)}, "LNC002": {("llm.sbatch", 17)}},
+    "mpirun_two_hosts": {"SCP006": {("run_bert.sh", 7), ("run_bert.sh", 5)}, "SCP004": {("run_bert.sh", 7)},
+                         "LNC002": {("run_bert.sh", 7)}},
+    "lightning_num_nodes": {"SCP006": {("train.sbatch", 14), ("train.sbatch", 11)},
+                            "SCP004": {("train.sbatch", 14)}, "LNC002": {("train.sbatch", 14)}},
 }
+
+# folder -> {check: what its message must say of the count (nodes × tasks per node)}
+COUNTS: dict[str, dict[str, str]] = {
+    "srun_two_nodes_one_task": {"SCP006": "srun starts 2 tasks (2 nodes × 1 task, from #SBATCH)"},
+    "srun_two_nodes_four_tasks": {"SCP006": "srun starts 8 tasks (2 nodes × 4 tasks, from #SBATCH)",
+                                  "SCP004": "8 CUDA-recording ranks"},
+    "torchrun_two_nodes_scorep": {"LNC001": "not the 8 workers it spawns, 4 on each of 2 nodes",
+                                  "SCP006": "srun starts 2 tasks (2 nodes × 1 task", "SCP004": "8 CUDA-recording ranks"},
+    "mpirun_two_hosts": {"SCP006": "mpirun starts 8 tasks (2 nodes × 4 tasks, from mpirun hosts gpu01,gpu02)",
+                         "SCP004": "8 CUDA-recording ranks"},
+    "lightning_num_nodes": {"SCP006": "srun starts 8 tasks (2 nodes × 4 tasks", "SCP004": "8 CUDA-recording ranks"},
+    "multinode_rdzv": {"SCP006": "runs it in each of 4 workers on each of 2 nodes (8 in all)",
+                       "SCP004": "8 CUDA-recording ranks",
+                       "LNC002": "the CUDA warm-up runs on the first node (the batch shell) only, the instrumented "
+                                 "launch on 2 nodes"},
+}
+
+NODE_WARMUP = 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 bash -c \'\n'
+MKDIR_PREFIX = "bash -c 'mkdir -p \"$SCOREP_EXPERIMENT_DIRECTORY\" && SCOREP_EXPERIMENT_DIRECTORY=$SCOREP_EXPERIMENT_DIRECTORY/"
 
 MPI_TASK_PREFIX = "bash -c 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec \"$@\"' bash "
 
@@ -125,6 +157,29 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "readiness_python_c": [("job.sbatch", "if python3 -c 'import sys, torch; torch.zeros(1).cuda()'; then\n")],
     "nopython_flag": [("run.sh", "python -m scorep --nopython --cuda train.py --epochs 1 &\n")],
     "nameref_memory": [("job.sh", "set_size SCOREP_TOTAL_MEMORY 3500M\n")],
+    # each rank's folder under the job's own base path (never the submit folder), made first; the
+    # warm-up once on every node, before the instrumented step
+    "srun_two_nodes_one_task": [("resnet.sbatch", "\nsrun " + MKDIR_PREFIX + "scorep_rank_${SLURM_PROCID} exec "
+                                 "\"$@\"' bash python -m scorep --cuda train.py --epochs 2\n"),
+                                ("resnet.sbatch", "resnet_$SLURM_JOB_ID\n\n# gpu-doctor: cuda-warmup: "),
+                                ("resnet.sbatch", NODE_WARMUP),
+                                ("resnet.sbatch", "never became ready on $(hostname)")],
+    "srun_two_nodes_four_tasks": [("job.slurm", "srun --cpu-bind=cores " + MKDIR_PREFIX + "scorep_rank_${SLURM_PROCID}"),
+                                  ("job.slurm", NODE_WARMUP)],
+    # srun starts one torchrun agent per node (one task per node in the allocation): the torchrun form
+    "torchrun_two_nodes_scorep": [
+        ("llm.sbatch", "srun $(which torchrun) --nnodes=$SLURM_NNODES --nproc_per_node=4 \\\n"),
+        ("llm.sbatch", "--no-python ./scorep_rank.sh train.py --epochs 1\n"),
+        ("llm.sbatch", NODE_WARMUP),
+        ("scorep_rank.sh", "# Torchrun form: the allocation gives one task per node"),
+        ("scorep_rank.sh", 'mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"'),
+        ("scorep_rank.sh", "export SCOREP_EXPERIMENT_DIRECTORY=$SCOREP_EXPERIMENT_DIRECTORY/scorep_rank_${RANK}\n"
+                           'exec python -m scorep --cuda "$@"\n')],
+    # over its own hosts: the warm-up is one mpirun process per host
+    "mpirun_two_hosts": [("run_bert.sh", "mpirun -np 2 -H gpu01,gpu02 --map-by ppr:1:node -x PATH bash -c '\n"),
+                         ("run_bert.sh", "\nmpirun -x SCOREP_CUDA_BUFFER -np 8 -H gpu01:4,gpu02:4 "),
+                         ("run_bert.sh", MKDIR_PREFIX + "scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec")],
+    "lightning_num_nodes": [("train.sbatch", "srun " + MKDIR_PREFIX + "scorep_rank_${SLURM_PROCID}")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
@@ -149,6 +204,13 @@ def test_broken_heldout_job_raises_its_findings_at_the_line_that_set_the_value(n
     assert set(found) == set(EXPECTED[name]), messages(found)
     for cid, evidence in EXPECTED[name].items():
         assert evidence <= set(where(found[cid])), (cid, where(found[cid]))
+
+
+@pytest.mark.parametrize("name", sorted(COUNTS))
+def test_a_multinode_heldout_finding_counts_every_node(name: str) -> None:
+    found = failing(HELDOUT / name / "broken")
+    for cid, words in COUNTS[name].items():
+        assert any(words in o.message for o in found.get(cid, [])), (cid, messages(found))
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

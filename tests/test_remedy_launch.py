@@ -171,7 +171,7 @@ def test_torchrun_spelled_as_which_with_dashed_options(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("line,why", [
-    ("python -m scorep --cuda $(which torchrun) --nnodes=2 --nproc_per_node=4 train.py", "runs on 2 nodes"),
+    ("python -m scorep --cuda $(which torchrun) --nnodes=2 --nproc_per_node=4 -m pkg.train", "runs on 2 nodes"),
     ("python -m scorep --cuda $(which torchrun) --nproc_per_node=4 -m pkg.train", "not start a Python script"),
     ("python -m scorep --cuda $(which accelerate) launch --num_machines 2 train.py", "runs on 2 nodes"),
     ("python -m scorep --cuda $(which deepspeed) --no_python ./rank.sh train.py", "does not start a Python script"),

@@ -62,6 +62,9 @@ def expected_ranks(job: Any) -> tuple[int, Evidence] | None:
             value = getattr(ws, "value", None)
             if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
                 return int(value), _site_evidence(ws, f"WORLD_SIZE={value}")
+            world = _world(job, cmd)
+            if world is not None:
+                return world
             tasks = getattr(cmd, "tasks", None)
             if isinstance(tasks, int) and tasks > 1 and getattr(cmd, "launch", None) is not None:
                 text = f"{tasks} copies run at once: {getattr(cmd, 'text', '')}"
@@ -78,6 +81,22 @@ def expected_ranks(job: Any) -> tuple[int, Evidence] | None:
     except (AttributeError, TypeError, ValueError):
         return None
     return None
+
+
+def _world(job: Any, cmd: Any) -> tuple[int, Evidence] | None:
+    """The ranks over every node, where the launch runs on several (nodes × tasks per node)."""
+    if type(job).__module__ != "doctor.jobfolder.model":  # not the job model: nothing to import for it
+        return None
+    from doctor.jobfolder.model import Command, Job
+    from doctor.jobfolder.queries import layout
+
+    if not isinstance(job, Job) or not isinstance(cmd, Command) or cmd.launch is None:
+        return None
+    lay = layout(job, cmd, cmd.instrumented or cmd.launch)
+    world = lay.world
+    if not lay.several_nodes or world is None:
+        return None
+    return world, _site_evidence(cmd, f"{world} ranks ({lay.words()}, {lay.how}): {cmd.text}"[:200])
 
 
 def job_cuda_enable(job: Any) -> tuple[str, Evidence] | None:

@@ -407,6 +407,8 @@ class PyScript:
     main_guard: bool = False
     snippet_of: Site | None = None  # for role == snippet: the shell command it came from
     training_defaults: tuple[KwCall, ...] = ()  # `class Args(TrainingArguments)`: its fields' defaults
+    # submitit's update_parameters/AutoExecutor, Lightning's Trainer: their node and task counts
+    layout_calls: tuple[KwCall, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from doctor.jobfolder.model import Command, EnvVar, Job, Launch
-from doctor.jobfolder.queries import multi_rank, ranks
+from doctor.jobfolder.queries import layout, multi_rank, ranks
 
 # The environment values checks read; the others are not shown.
 SHOWN_ENV = ("SCOREP_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -70,10 +70,11 @@ def command_json(job: Job, cmd: Command) -> dict[str, Any]:
     program = _innermost(launch) if launch is not None else None
     n: int | None = 1
     how = "one process"
+    lay = layout(job, cmd, measured or launch)
     if launch is not None:
         n, how = ranks(job, cmd, measured or launch)
         several, why = multi_rank(job, cmd, measured or launch)
-        if several and why:
+        if several and why and (measured or launch).spawner is None:
             how = why
     spawner = launch.spawner if launch is not None else None
     return {
@@ -82,6 +83,7 @@ def command_json(job: Job, cmd: Command) -> dict[str, Any]:
         "argv": list(cmd.argv),
         "cwd": job.rel(cmd.cwd) if cmd.cwd else None,
         "ranks": n, "ranks_how": how,
+        "nodes": lay.nodes, "tasks_per_node": lay.tasks_per_node,
         "wrappers": [w.name for w in cmd.wrappers],
         "launcher": spawner.kind if spawner is not None else None,
         "measured": measured is not None,
@@ -120,6 +122,7 @@ def processes(job: Job) -> list[dict[str, Any]]:
             root = roots[cmd.flow] = {"kind": "script", "file": job.rel(top), "line": 1, "text": "",
                                       "argv": [], "cwd": job.rel(job.root) if job.root else None,
                                       "ranks": 1, "ranks_how": "the job script",
+                                      "nodes": 1, "tasks_per_node": 1,  # the batch shell: the first node
                                       "sbatch": {o.name: o.value for o in f.sbatch} if f else {},
                                       "children": []}
         root["children"].append(node)
@@ -160,7 +163,8 @@ def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -
             if n["measured"]:
                 parts.append("python -m scorep " + " ".join(n["scorep_flags"]))
             parts.append(n["program"] or n["target"] or " ".join(n["argv"][:3]))
-            out.append(f"{pad}- " + " → ".join(p for p in parts if p) + f"  [{n['ranks'] or '?'} rank(s): "
+            over = f" on {n['nodes']} nodes" if (n.get("nodes") or 1) > 1 else ""
+            out.append(f"{pad}- " + " → ".join(p for p in parts if p) + f"  [{n['ranks'] or '?'} rank(s){over}: "
                        f"{n['ranks_how']}]")
             for name, v in n["env_used"].items():
                 where = f"{v['file']}:{v['line']}" if v["file"] else "inherited"

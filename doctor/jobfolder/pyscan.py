@@ -35,6 +35,10 @@ STREAM_CONTEXTS = {"torch.cuda.stream", "torch.cuda.StreamContext", "torch.cuda.
 CURRENT_STREAM = {"torch.cuda.current_stream"}
 TORCHRUN_MAINS = {"torch.distributed.run.main", "torch.distributed.launch.main", "torch.distributed.run.run"}
 EXITS = ("sys.exit", "exit", "quit", "os._exit", "SystemExit")
+# Python launchers that say how many nodes and tasks per node: submitit, Lightning.
+LAYOUT_CALLS = ("update_parameters", "AutoExecutor", "SlurmExecutor", "Trainer")
+LAYOUT_KEYS = ("slurm_nodes", "nodes", "num_nodes", "tasks_per_node", "slurm_ntasks_per_node", "devices",
+               "gpus_per_node", "slurm_gpus_per_node")
 TRAINING_ARGS_SUFFIXES = ("TrainingArguments", "SFTConfig", "DPOConfig", "GRPOConfig", "RewardConfig")
 CUDA_INIT_CALLS = {"torch.cuda.init", "torch.cuda.synchronize", "torch.cuda.mem_get_info",
                    "torch.cuda.current_device", "torch.cuda.set_device", "torch.empty_like"}
@@ -93,7 +97,8 @@ class _Scan(ast.NodeVisitor):
         self.trainer_names: set[str] = set()
         self.r: dict[str, Any] = {k: [] for k in (
             "imports", "scorep_imports", "init_pg", "destroy_pg", "ddp_wrap", "trainer_train", "hf_parser",
-            "training_args", "self_waits", "cuda_asserts", "cuda_ops", "profilers", "training_defaults")}
+            "training_args", "self_waits", "cuda_asserts", "cuda_ops", "profilers", "training_defaults",
+            "layout_calls")}
         self.args_classes: set[str] = set()  # TrainingArguments subclasses defined here
         self.snippet = False  # a job script's `python -c` / here-document code
         self.r["uses_hf"] = False
@@ -257,7 +262,9 @@ class _Scan(ast.NodeVisitor):
                 or ("trainer" in ast.unparse(node.func.value).lower() and self.r["uses_hf"])):
             self.add("trainer_train", self.callsite(node))
         if q.endswith(TRAINING_ARGS_SUFFIXES):
-            self._training_args(node, q)
+            self.add("training_args", self._kwcall(node, q))
+        if q.rsplit(".", 1)[-1] in LAYOUT_CALLS and any(kw.arg in LAYOUT_KEYS for kw in node.keywords):
+            self.add("layout_calls", self._kwcall(node, q))
         if q.endswith("HfArgumentParser"):
             self.add("hf_parser", self.site(node))
         if q in TORCHRUN_MAINS or (q == "runpy.run_module" and isinstance(first, ast.Constant)
@@ -293,7 +300,7 @@ class _Scan(ast.NodeVisitor):
             self.add("profilers", self.site(node))
         self.generic_visit(node)
 
-    def _training_args(self, node: ast.Call, q: str) -> None:
+    def _kwcall(self, node: ast.Call, q: str) -> KwCall:
         kwargs: dict[str, Any] = {}
         sites: dict[str, Site] = {}
         star = False
@@ -311,7 +318,7 @@ class _Scan(ast.NodeVisitor):
                 else:
                     kwargs[kw.arg] = UNKNOWN
             sites[kw.arg] = self.site(kw.value)
-        self.add("training_args", KwCall(self.site(node), q.rsplit(".", 1)[-1], kwargs, sites, star))
+        return KwCall(self.site(node), q.rsplit(".", 1)[-1], kwargs, sites, star)
 
     def _training_defaults(self, node: ast.ClassDef) -> None:
         """`class Args(TrainingArguments)` fields: `load_best_model_at_end: bool = field(default=True)`,
@@ -429,4 +436,5 @@ def analyse(path: str, text: str, role: str, *, line_offset: int = 0, origin: Si
         tuple(r["init_pg"]), tuple(r["destroy_pg"]), tuple(r["ddp_wrap"]), tuple(r["trainer_train"]),
         bool(r["uses_hf"]), tuple(r["hf_parser"]), tuple(r["training_args"]), tuple(r["self_waits"]),
         tuple(r["cuda_asserts"]), tuple(r["cuda_ops"]), tuple(r["profilers"]), r["torchrun_main"],
-        bool(r["main_guard"]), snippet_of, training_defaults=tuple(r["training_defaults"]))
+        bool(r["main_guard"]), snippet_of, training_defaults=tuple(r["training_defaults"]),
+        layout_calls=tuple(r["layout_calls"]))

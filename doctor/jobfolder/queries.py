@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from doctor.jobfolder.model import Command, EnvVar, Job, Launch, PyScript, Site
@@ -84,7 +85,18 @@ def sbatch_gpus(job: Job) -> int | None:
 
 
 def ranks(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
-    """(ranks this command starts on a node, how that was found); None when unknown."""
+    """(ranks this command starts over all its nodes, how that was found); None when unknown."""
+    n, how = _ranks_on_a_node(job, cmd, launch)
+    lay = layout(job, cmd, launch)
+    if lay.several_nodes:
+        world = lay.world
+        return world, f"{how}, on each of {lay.nodes} nodes ({lay.words()})"
+    if n is None and lay.world is not None and lay.how != "one process":
+        return lay.world, f"{how}: {lay.words()} ({lay.how})"
+    return n, how
+
+
+def _ranks_on_a_node(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
     outer = cmd.launch
     if outer is not None and outer.inner is launch and outer.spawner is not None:
         return outer.spawner.nproc, f"{outer.spawner.kind} --nproc_per_node={outer.spawner.nproc_text}"
@@ -97,6 +109,10 @@ def ranks(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
     if cmd.loop is not None and cmd.background:
         return n, f"{_loop_words(cmd)} at line {cmd.loop.site.line}"
     if any(w.name in ("srun", "mpirun", "mpiexec") for w in cmd.wrappers):
+        if n is not None:
+            lay = layout(job, cmd, launch)
+            if lay.several_nodes:
+                return lay.tasks_per_node, "srun/mpirun tasks"
         return n, "srun/mpirun tasks"
     return 1, "one process"
 
@@ -119,36 +135,38 @@ def _loop_words(cmd: Command) -> str:
 
 
 def multi_rank(job: Job, cmd: Command, launch: Launch) -> tuple[bool, str]:
-    """Whether several measured processes start from this command at once, and why."""
+    """Whether several measured processes start from this command at once (on one node or over
+    several), and why."""
+    lay = layout(job, cmd, launch)
+    over = f" on each of {lay.nodes} nodes ({lay.world or '?'} in all)" if lay.several_nodes else ""
     outer = cmd.launch
     if outer is not None and outer.inner is launch and outer.spawner is not None:
         n = outer.spawner.nproc
-        return (n is None or n > 1), f"{outer.spawner.kind} --no-python starts {outer.spawner.nproc_text or '?'} " \
-                                     "instrumented workers"
+        return (n is None or n > 1 or lay.several_nodes), (
+            f"{outer.spawner.kind} --no-python starts {outer.spawner.nproc_text or '?'} instrumented workers{over}")
     spawned = spawned_by(cmd)
     if spawned is not None:
-        return (spawned[0] is None or spawned[0] > 1), spawned[1]
+        return (spawned[0] is None or spawned[0] > 1 or lay.several_nodes), spawned[1] + over
     if cmd.loop is not None and cmd.background:
         count = cmd.loop.count
         return (count is None or count > 1), f"starts in {_loop_words(cmd)} at line {cmd.loop.site.line}"
+    if launch.spawner is not None and not launch.spawner.no_python:
+        lay = task_layout(job, cmd)  # the measured processes are the launchers, one per task
     for w in cmd.wrappers:
         if w.name in ("srun", "mpirun", "mpiexec", "orterun", "jsrun", "aprun"):
-            if w.tasks is None:
-                n = _sbatch_tasks(job)
-                if n is not None and n > 1:
-                    return True, f"{w.name} starts one task per allocated task ({n})"
+            world = lay.world
+            if lay.several_nodes or w.tasks is None:
+                if world is not None and world > 1:
+                    return True, f"{w.name} starts {world} tasks ({lay.words()}{_how(lay)})"
+                if lay.several_nodes:
+                    return True, f"{w.name} starts tasks on {lay.nodes} nodes"
                 return False, ""
             return w.tasks > 1, f"{w.name} starts {w.tasks} tasks"
     return False, ""
 
 
-def _sbatch_tasks(job: Job) -> int | None:
-    total = None
-    for opt in sbatch(job):
-        m = re.fullmatch(r"(\d+)", opt.value.strip())
-        if opt.name in ("ntasks", "ntasks-per-node") and m:
-            total = max(total or 0, int(m.group(1)))
-    return total
+def _how(lay: Layout) -> str:
+    return f", from {lay.how}" if lay.how not in ("srun", "one process") else ""
 
 
 def problem_evidence(job: Job, script: PyScript) -> Evidence:
@@ -278,3 +296,299 @@ def rank_spelling(cmd: Command) -> str | None:
         # expand it once)
         return TASK_RANKS["mpirun"]
     return None
+
+
+# -- nodes and tasks per node ---------------------------------------------------------------------
+# Each launch runs on some nodes with some tasks on each. Read from what starts it: torchrun's
+# --nnodes/--nproc_per_node, srun's -N/-n/--ntasks-per-node, mpirun's hosts (-H, --hostfile) and
+# -npernode/--map-by ppr, the #SBATCH header srun inherits, and a Python launcher's own settings
+# (submitit's slurm_nodes/tasks_per_node, Lightning's Trainer(num_nodes=, devices=)).
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one launch's processes run: `nodes` × `tasks_per_node` (None: known only when the job runs)."""
+
+    nodes: int | None
+    tasks_per_node: int | None
+    how: str
+
+    @property
+    def world(self) -> int | None:
+        """Every process the launch starts over all its nodes."""
+        if self.nodes is None or self.tasks_per_node is None:
+            return None
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def several_nodes(self) -> bool:
+        return self.nodes is not None and self.nodes > 1
+
+    def words(self) -> str:
+        """'2 nodes × 4 tasks' ('? nodes' where unknown)."""
+        nodes = "?" if self.nodes is None else str(self.nodes)
+        tasks = "?" if self.tasks_per_node is None else str(self.tasks_per_node)
+        return f"{nodes} node{'' if self.nodes == 1 else 's'} × {tasks} task{'' if self.tasks_per_node == 1 else 's'}"
+
+
+def count_of(text: str | None) -> int | None:
+    """A node or task count as written: `2`, `2-4` (the first), `1:4` (torchrun's elastic max: the second)."""
+    if text is None:
+        return None
+    text = text.strip().strip("'\"")
+    m = re.fullmatch(r"(\d+):(\d+)", text)
+    if m:
+        return int(m.group(2))
+    m = re.fullmatch(r"(\d+)(?:-\d+)?(?:\(x\d+\))?", text)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class SbatchLayout:
+    nodes: int | None = None
+    ntasks: int | None = None
+    tasks_per_node: int | None = None
+    gpus_per_node: int | None = None
+
+
+def sbatch_layout(job: Job) -> SbatchLayout:
+    """The allocation the #SBATCH header asks for: --nodes/-N, --ntasks/-n, --ntasks-per-node,
+    --gpus-per-node (or --gres=gpu:N)."""
+    found: dict[str, int | None] = {}
+    for opt in sbatch(job):
+        if opt.name == "gres":
+            m = re.search(r"gpu(?::[\w.-]+)?:(\d+)", opt.value)
+            if m:
+                found.setdefault("gpus-per-node", int(m.group(1)))
+            continue
+        if opt.name in ("nodes", "ntasks", "ntasks-per-node", "gpus-per-node"):
+            value = opt.value.split(":")[-1] if opt.name == "gpus-per-node" else opt.value
+            found[opt.name] = count_of(value)
+    return SbatchLayout(found.get("nodes"), found.get("ntasks"), found.get("ntasks-per-node"),
+                        found.get("gpus-per-node"))
+
+
+def _options(argv: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """`--key=value`, `--key value`, `-Nvalue`, `-N value` of a launcher's own options (last wins)."""
+    out: dict[str, str] = {}
+    for i, a in enumerate(argv):
+        if not a.startswith("-"):
+            continue
+        if "=" in a and a.startswith("--"):
+            k, v = a.split("=", 1)
+            out[k] = v
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            out[a] = argv[i + 1]
+        elif re.fullmatch(r"-[nN]\d+", a):
+            out[a[:2]] = a[2:]
+        else:
+            out.setdefault(a, "")
+    return out
+
+
+def _per_node(total: int | None, nodes: int | None) -> int | None:
+    if total is None or nodes is None or nodes < 1:
+        return None
+    return -(-total // nodes)
+
+
+def srun_layout(job: Job, argv: tuple[str, ...]) -> Layout:
+    """What one `srun` step starts: its own -N/-n/--ntasks-per-node, else the allocation's."""
+    opts = _options(argv[1:])
+    alloc = sbatch_layout(job)
+    nodes_text = opts.get("--nodes", opts.get("-N"))
+    nodes = _alloc_count(nodes_text, alloc.nodes) if nodes_text is not None else (alloc.nodes or 1)
+    ntasks = _alloc_count(opts.get("--ntasks", opts.get("-n")), alloc.nodes)
+    per_node_text = opts.get("--ntasks-per-node")
+    where = "srun"
+    if per_node_text is not None:
+        per_node = count_of(per_node_text)
+    elif ntasks is not None:
+        per_node = _per_node(ntasks, nodes)
+    elif nodes_text is None and alloc.tasks_per_node is not None:
+        per_node, where = alloc.tasks_per_node, "#SBATCH"
+    elif nodes_text is None and alloc.ntasks is not None:
+        per_node, where = _per_node(alloc.ntasks, nodes), "#SBATCH"
+    else:
+        per_node = 1  # srun's default: one task per node of the step
+        where = "srun" if nodes_text is not None else "#SBATCH"
+    if nodes_text is None and where == "srun":
+        where = "srun in the #SBATCH allocation"
+    return Layout(nodes, per_node, where)
+
+
+def mpirun_hosts(job: Job, opts: dict[str, str]) -> dict[str, int] | None:
+    """The hosts mpirun runs on and the slots of each: -H/--host a:4,b:4, or a --hostfile in the job folder."""
+    hosts: dict[str, int] = {}
+    spec = opts.get("-H") or opts.get("--host") or opts.get("-host") or opts.get("-hosts")
+    if spec:
+        for item in spec.split(","):
+            name, _, count = item.strip().partition(":")
+            if name:
+                hosts[name] = hosts.get(name, 0) + (int(count) if count.isdigit() else 1)
+        return hosts or None
+    path = next((opts[k] for k in ("--hostfile", "-hostfile", "-machinefile", "--machinefile", "-f")
+                 if opts.get(k)), None)
+    if path is None or "$" in path or job.root is None:
+        return None
+    from doctor import safeopen
+    from doctor.limits import MAX_FILE_BYTES
+
+    try:
+        text = safeopen.read_text(os.path.join(job.root, path), MAX_FILE_BYTES)
+    except (OSError, ValueError):
+        return None
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        first, *rest = line.split()
+        host, _, colon = first.partition(":")
+        said = [int(m.group(1)) for m in (re.fullmatch(r"(?:max[-_])?slots=(\d+)", r) for r in rest) if m]
+        slots = said[0] if said else (int(colon) if colon.isdigit() else 1)
+        hosts[host] = hosts.get(host, 0) + slots
+    return hosts or None
+
+
+def mpirun_layout(job: Job, argv: tuple[str, ...]) -> Layout:
+    """What `mpirun`/`mpiexec` starts: its hosts (-H, --hostfile) and -np, -npernode, --map-by ppr:N:node."""
+    opts = _options(argv[1:])
+    hosts = mpirun_hosts(job, opts)
+    np = count_of(opts.get("-np", opts.get("-n", opts.get("--np"))))
+    ppn_text = opts.get("-npernode") or opts.get("--npernode") or opts.get("-ppn") or opts.get("-N")
+    m = re.fullmatch(r"ppr:(\d+):node.*", opts.get("--map-by", ""))
+    per_node = count_of(ppn_text) if ppn_text else (int(m.group(1)) if m else None)
+    alloc = sbatch_layout(job)
+    if hosts is not None:
+        nodes: int | None = len(hosts)
+        how = f"{argvmod_name(argv)} hosts {','.join(hosts)}"
+        if per_node is None:
+            per_node = _per_node(np, nodes) if np is not None else max(hosts.values())
+    else:
+        nodes = alloc.nodes or 1
+        how = f"{argvmod_name(argv)} in the #SBATCH allocation" if alloc.nodes else argvmod_name(argv)
+        if per_node is None:
+            per_node = _per_node(np, nodes) if np is not None else alloc.tasks_per_node
+    if np is not None and nodes is not None and per_node is not None and np < nodes * per_node:
+        nodes = _per_node(np, per_node)  # -np 4 over 2 hosts of 4 slots: one node filled
+    return Layout(nodes, per_node, how)
+
+
+# Ranks that count from 0 on every node, and what names a node: a folder named only by the first
+# repeats on every node (the job folder is usually on a filesystem all nodes share).
+LOCAL_RANKS = frozenset({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                         "PALS_LOCAL_RANKID", "MV2_COMM_WORLD_LOCAL_RANK"})
+NODE_NAMES = frozenset({"SLURM_NODEID", "SLURMD_NODENAME", "HOSTNAME", "HOST", "GROUP_RANK", "NODE_RANK",
+                        "SLURM_TOPOLOGY_ADDR", "OMPI_COMM_WORLD_NODE_RANK"})
+
+
+def same_on_every_node(var: EnvVar) -> bool:
+    """Whether a per-rank value repeats on each node: it names the node-local rank (LOCAL_RANK,
+    SLURM_LOCALID...) but neither a global rank nor the node (SLURM_NODEID, $(hostname))."""
+    refs = set(var.refs)
+    if not refs & LOCAL_RANKS or "hostname" in var.raw:
+        return False
+    from doctor.jobfolder.expand import RANK_VARS
+
+    return not refs & (RANK_VARS - LOCAL_RANKS) and not refs & NODE_NAMES
+
+
+def argvmod_name(argv: tuple[str, ...]) -> str:
+    return os.path.basename(argv[0]) if argv else "mpirun"
+
+
+_NODE_COUNT_VARS = re.compile(r"\$\{?SLURM_(JOB_NUM_NODES|NNODES)\}?")
+
+
+def _alloc_count(text: str | None, alloc_nodes: int | None) -> int | None:
+    """A count as written, where `$SLURM_JOB_NUM_NODES`/`$SLURM_NNODES` is the allocation's node count."""
+    if text is not None and _NODE_COUNT_VARS.fullmatch(text.strip("'\"")):
+        return alloc_nodes or 1
+    return count_of(text)
+
+
+def _spawner_nodes(job: Job, sp: Any) -> int | None:
+    opts = _options(sp.argv)
+    key = {"accelerate": "--num_machines", "deepspeed": "--num_nodes"}.get(sp.kind, "--nnodes")
+    text = opts.get(key, opts.get(key.replace("_", "-")))
+    if text is None:
+        return 1
+    return _alloc_count(text, sbatch_layout(job).nodes)
+
+
+def script_layout(job: Job, cmd: Command) -> Layout | None:
+    """A Python launcher's own node and task counts: submitit's `update_parameters(slurm_nodes=8,
+    tasks_per_node=4)` / `AutoExecutor`, Lightning's `Trainer(num_nodes=2, devices=4)`, in the
+    script the command runs or a module it imports."""
+    launch = cmd.launch
+    while launch is not None and launch.inner is not None:
+        launch = launch.inner
+    script = job.script(launch.training_script) if launch is not None else None
+    if script is None:
+        return None
+    nodes: int | None = None
+    per_node: int | None = None
+    how = ""
+    for s in job.import_closure(script, import_time_only=False):
+        for call in s.layout_calls:
+            kw = call.kwargs
+            for key in ("slurm_nodes", "nodes", "num_nodes"):
+                if isinstance(kw.get(key), int):
+                    nodes, how = kw[key], f"{call.name}({key}={kw[key]}) at {job.rel(s.path)}:{call.site.line}"
+            for key in ("tasks_per_node", "slurm_ntasks_per_node", "devices", "gpus_per_node", "slurm_gpus_per_node"):
+                if isinstance(kw.get(key), int) and (per_node is None or key in ("tasks_per_node",
+                                                                                 "slurm_ntasks_per_node", "devices")):
+                    per_node = kw[key]
+                    how = how or f"{call.name}({key}={kw[key]}) at {job.rel(s.path)}:{call.site.line}"
+    if nodes is None and per_node is None:
+        return None
+    return Layout(nodes or 1, per_node or 1, how)
+
+
+def task_layout(job: Job, cmd: Command) -> Layout:
+    """The tasks the command's srun/mpirun starts (a launcher it runs counts once per task)."""
+    task = next((w for w in reversed(cmd.wrappers) if w.name in TASK_RANKS), None)
+    if task is None:
+        return Layout(1, 1, "one process")
+    return srun_layout(job, task.argv) if task.name == "srun" else mpirun_layout(job, task.argv)
+
+
+def one_script_for_all_nodes(job: Job, cmd: Command) -> bool:
+    """Whether the script of `cmd` runs once for all its nodes (a Slurm batch script over several
+    nodes, or srun/mpirun starting the tasks), rather than once on each node (`torchrun
+    --nnodes=2 --node_rank=$NODE_RANK ...` started by hand on every node)."""
+    if any(w.name in TASK_RANKS for w in cmd.wrappers):
+        return True
+    return (sbatch_layout(job).nodes or 1) > 1
+
+
+def layout(job: Job, cmd: Command, launch: Launch | None = None) -> Layout:
+    """The nodes and tasks per node the processes of `cmd` run on (`launch`: the one asked about,
+    e.g. the instrumented inner launch of `torchrun --no-python`).
+
+    A spawner's workers are its tasks on each node (torchrun --nproc_per_node, --nnodes; under
+    srun one agent per node); else the task launcher's (srun, mpirun), else a backgrounded loop's
+    copies on one node, else the Python launcher's own settings, else one process."""
+    outer = cmd.launch
+    sp = None
+    if outer is not None and outer.spawner is not None:
+        sp = outer.spawner
+    elif cmd.parent is not None and cmd.parent.launch is not None:
+        sp = cmd.parent.launch.spawner
+    elif launch is not None and launch.spawner is not None:
+        sp = launch.spawner
+    task = next((w for w in reversed(cmd.wrappers) if w.name in TASK_RANKS), None)
+    if cmd.parent is not None and task is None:
+        task = next((w for w in reversed(cmd.parent.wrappers) if w.name in TASK_RANKS), None)
+    if sp is not None:
+        nodes = _spawner_nodes(job, sp)
+        if task is not None and task.name == "srun" and (nodes is None or nodes == 1):
+            nodes = srun_layout(job, task.argv).nodes or nodes  # one agent per node of the step
+        return Layout(nodes, sp.nproc, f"{sp.kind} --nnodes × --nproc_per_node")
+    if task is not None:
+        return srun_layout(job, task.argv) if task.name == "srun" else mpirun_layout(job, task.argv)
+    if cmd.loop is not None and cmd.background:
+        return Layout(1, cmd.loop.count, "a backgrounded loop")
+    found = script_layout(job, cmd)
+    if found is not None:
+        return found
+    return Layout(1, 1, "one process")
