@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from doctor.canary.launch import EXIT_CANARY, Alarms, is_mismatch
+from doctor.canary.launch import outcome as canary_outcome
 from doctor.launch import ifname, placement, reaper, rendezvous, slurm
 from doctor.launch.events import (
     Event,
@@ -118,6 +120,7 @@ class Launcher:
         self._t0 = 0.0
         self.master = ""
         self.marker = reaper.new_marker()  # in every rank's environment: finds its descendants
+        self.canary = Alarms()                 # --canary: the alarm lines the ranks printed
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -572,10 +575,19 @@ class Launcher:
                               loss=found.loss if found.loss is not None else st.loss)
             self._status[rank] = new
         self._promote(rank, "output")
+        if self.spec.canary:
+            self._canary_alarms(lines)
         if lines:
             self._post(RankOutput(rank, tuple(lines)))
         if found is not None and (new.step, new.total, new.epoch, new.loss) != (st.step, st.total, st.epoch, st.loss):
             self._post(RankProgress(rank, new.step, new.total, new.epoch, new.loss))
+
+    def _canary_alarms(self, lines: list[str]) -> None:
+        for text in self.canary.new(lines):
+            differs = is_mismatch(text)
+            self._post(Note("error" if differs else "warn", f"canary: {text}"))
+            if differs and self.spec.canary_action == "stop":
+                self.stop(f"replicas differ ({text}); --canary-action stop", EXIT_CANARY)
 
     def _wait_proc(self, proc: _Proc) -> None:
         assert proc.popen is not None
@@ -662,12 +674,16 @@ class Launcher:
             code, reason = 1, "the ranks did not all finish"
         if self._failed_nodes:
             reason = "; ".join(self._node_lost_text(n) for n in self._failed_nodes) + "; " + reason
+        canary: tuple[str, ...] = ()
+        if self.spec.canary and not warmup_failed:
+            code, reason, canary = canary_outcome(self.run_dir, self.spec.canary, self.spec.canary_action,
+                                                  self.spec.world_size, self.spec.canary_timeout_s, code, reason)
         self.summary = RunSummary(
             exit_code=code, reason=reason, ranks=results, first_failed=self._first_failed,
             run_dir=str(self.run_dir), duration_s=time.monotonic() - self._t0,
             world_size=self.spec.world_size, master=getattr(self, "master", ""),
             stopped_by=stopped[0] if stopped else None,
-            warmup=self.warmup_result.describe() if self.warmup_result else None)
+            warmup=self.warmup_result.describe() if self.warmup_result else None, canary=canary)
         self._write_summary(self.summary)
         self._post(RunFinished(self.summary))
 

@@ -122,6 +122,7 @@ class RunSummary:
     master: str
     stopped_by: str | None = None       # "SIGINT", "rendezvous timeout", "rank 1 failed", ...
     warmup: str | None = None
+    canary: tuple[str, ...] = ()        # --canary: what the replica comparison found (doctor.canary.report)
 
     def rank(self, n: int) -> RankResult:
         return next(r for r in self.ranks if r.rank == n)
