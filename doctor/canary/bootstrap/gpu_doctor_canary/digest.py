@@ -1,7 +1,7 @@
 """Digests of tensors, computed on the device the tensors live on (no host copy of the model).
 
-A tensor's bytes are read as 64-bit words (32-bit or bytes, widened, when its size or
-alignment does not allow that view) and folded into one int64 with wrap-around arithmetic:
+A tensor's bytes are read as 64-bit words (its elements, widened, when its size is not a
+multiple of 8 bytes) and folded into one int64 with wrap-around arithmetic:
 
     d = sum(w) + C * sum(w * w)          (mod 2**64)
 
@@ -23,18 +23,18 @@ MIX = -7046029254386353131   # 0x9E3779B97F4A7C15 as a signed 64-bit value (the 
 
 
 def words(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes as int64 values, on its own device."""
+    """The tensor's bytes as int64 values, on its own device. The words depend on the bytes
+    alone, never on where the tensor starts in its storage: 8-byte words when the size allows
+    (copied on the device first when the offset does not allow the view), else each element
+    widened."""
     flat = t.detach().reshape(-1)
-    nbytes = flat.numel() * flat.element_size()
-    for dtype, size in ((torch.int64, 8), (torch.int32, 4)):
-        if nbytes % size:
-            continue
+    if flat.numel() * flat.element_size() % 8 == 0:
         try:
-            view = flat.view(dtype)
+            return flat.view(torch.int64)
         except RuntimeError:    # the storage offset does not allow this view
-            continue
-        return view if dtype == torch.int64 else view.to(torch.int64)
-    return flat.view(torch.uint8).to(torch.int64)
+            return flat.clone().view(torch.int64)
+    same_size = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[flat.element_size()]
+    return flat.view(same_size).to(torch.int64)
 
 
 def tensor_digest(t: torch.Tensor) -> torch.Tensor:

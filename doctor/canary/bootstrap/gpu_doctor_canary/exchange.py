@@ -38,6 +38,7 @@ class Exchange:
 
     def gather(self, tag: str, values: list[int]) -> tuple[dict[int, list[int]], str]:
         """{rank: its values} for the ranks that came within the timeout, and how it was done."""
+        deadline = time.monotonic() + self.timeout_s
         key = f"{tag}/{self.rank}"
         self.store.set(key, ",".join(map(str, values)))
         if not self.broken and self.store.check(["broken"]):
@@ -48,7 +49,7 @@ class Exchange:
             except Exception as exc:   # timeout, a rank gone: the group is unusable now
                 self.broken = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
                 self.store.set("broken", f"rank {self.rank}: {self.broken}")
-        return self._from_store(tag), "store"
+        return self._from_store(tag, deadline), "store"
 
     def _all_gather(self, values: list[int]) -> dict[int, list[int]]:
         mine = torch.tensor(values, dtype=torch.int64)
@@ -56,8 +57,7 @@ class Exchange:
         dist.all_gather(out, mine, group=self.group)
         return {r: t.tolist() for r, t in enumerate(out)}
 
-    def _from_store(self, tag: str) -> dict[int, list[int]]:
-        deadline = time.monotonic() + self.timeout_s
+    def _from_store(self, tag: str, deadline: float) -> dict[int, list[int]]:
         found: dict[int, list[int]] = {}
         while True:
             for r in range(self.world):
