@@ -174,10 +174,10 @@ class Canary:
             except Exception as exc:
                 self.problem(f"check at step {item.step}: {type(exc).__name__}: {exc}")
             finally:
+                self.write()       # before the drain may return: the process may end right after
                 with self.idle:
                     self.pending -= 1
                     self.idle.notify_all()
-                self.write()
 
     def _compare(self, item: Check) -> None:
         assert self.exchange is not None
