@@ -37,7 +37,8 @@ def _start_canary() -> None:
         print(f"gpu-doctor canary: not started: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
-try:
-    _run_shadowed()
-finally:
-    _start_canary()
+if __name__ == "sitecustomize":   # run by Python at start-up (imported as a module, it does nothing)
+    try:
+        _run_shadowed()
+    finally:
+        _start_canary()

@@ -39,7 +39,7 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
         def exec_module(module: ModuleType) -> None:
             original(module)
             try:
-                from gpu_doctor_canary import watch
+                from . import watch
 
                 watch.start()
             except Exception as exc:   # never the user's problem
@@ -53,7 +53,7 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Start the canary once torch is imported (at once when it already is)."""
     if "torch" in sys.modules:
-        from gpu_doctor_canary import watch
+        from . import watch
 
         watch.start()
         return

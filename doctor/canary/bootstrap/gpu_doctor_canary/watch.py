@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from gpu_doctor_canary.digest import digests
-from gpu_doctor_canary.exchange import KEEP_STEPS, Exchange
+
+from .digest import digests
+from .exchange import KEEP_STEPS, Exchange
 
 MARK = "gpu-doctor canary: "
 MAX_EVENTS = 50
