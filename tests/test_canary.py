@@ -170,3 +170,26 @@ def test_warn_reports_the_mismatch_but_keeps_the_ranks_exit_code(tmp_path: Path)
 def test_mark_is_the_rank_sides(tmp_path: Path) -> None:
     text = (BOOTSTRAP / "gpu_doctor_canary" / "watch.py").read_text()
     assert f'MARK = "{canary_launch.MARK}"' in text
+
+
+@pytest.mark.slow
+@pytest.mark.scorep
+def test_the_canary_runs_inside_ranks_measured_by_real_score_p(tmp_path: Path) -> None:
+    from scorep_real import require, scorep_env
+
+    scorep = require()
+    shutil.copy(JOB, tmp_path / "ddp_train.py")
+    env = scorep_env(scorep)     # PYTHONPATH already holds the user's entries: the bootstrap goes first
+    for attempt in (1, 2):
+        run = tmp_path / f"run{attempt}"
+        res = subprocess.run([PYTHON, "-m", "doctor", "launch", "--plain", "--quiet", "--no-warmup", "--nproc", "3",
+                              "--instrument", "scorep", "--scorep-flags", "--noinstrumenter", "--run-dir", str(run),
+                              "--canary", "5", "--", "ddp_train.py", "--steps", "12", "--flip-rank", "1",
+                              "--flip-after", "7"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        if not any(TEARDOWN_ABORT in log.read_text(errors="replace") for log in run.glob("rank_*.log")):
+            break
+    line = "step 10: rank 1's `layer3.weight` differs from ranks 0, 2"
+    assert res.returncode == canary_launch.EXIT_CANARY, res.stderr[-3000:]
+    assert f"gpu-doctor:   canary: {line}\n" in res.stderr
+    assert "3/3 ranks measured" in res.stderr
+    assert json.loads((run / "canary.json").read_text())["first_mismatch"]["line"] == line

@@ -77,6 +77,13 @@ class Canary:
     def ddp_built(self, ddp: Any) -> None:
         """After DistributedDataParallel's constructor: every rank is here, so the canary's
         gloo group is made now (new_group needs every rank, in the same order)."""
+        group = getattr(ddp, "process_group", None)
+        if group is not None and dist.get_world_size(group) != dist.get_world_size():
+            # Replicas of a data-parallel subgroup (hybrid parallelism) are equal within it only.
+            self.problem(f"DistributedDataParallel over {dist.get_world_size(group)} of "
+                         f"{dist.get_world_size()} ranks: not compared (the canary compares whole-world DDP)")
+            self.closed = True
+            return
         self.modules.append(weakref.ref(ddp))
         self.named = []
         if self.exchange is None and not self.closed:
