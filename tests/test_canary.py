@@ -40,7 +40,20 @@ def launch(tmp_path: Path, nproc: int, options: list[str], job_args: list[str],
         if not (aborted and attempt == 1):
             break
     doc = json.loads((run / "canary.json").read_text())
+    assert left_running(tmp_path) == [], "a rank outlived its launch"
+    assert "the ranks left running" not in res.stderr      # the engine's sweep found nothing to stop either
     return res, doc
+
+
+def left_running(folder: Path) -> list[str]:
+    """Processes still working in `folder` (the ranks and whatever they started run there)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cwd", "cmdline"]):
+        if proc.info["cwd"] and str(folder) in proc.info["cwd"]:
+            found.append(" ".join(proc.info["cmdline"] or []))
+    return found
 
 
 @pytest.mark.slow
@@ -193,3 +206,29 @@ def test_the_canary_runs_inside_ranks_measured_by_real_score_p(tmp_path: Path) -
     assert f"gpu-doctor:   canary: {line}\n" in res.stderr
     assert "3/3 ranks measured" in res.stderr
     assert json.loads((run / "canary.json").read_text())["first_mismatch"]["line"] == line
+
+
+def test_art006_reads_clean_missed_and_broken_records(tmp_path: Path) -> None:
+    from doctor import registry
+    from doctor.canary.facts import newest, read
+
+    check = registry.get_check("ART006")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    base = {"k": 10, "verdict": "clean", "checks": 5, "last_check_step": 50, "mismatches": [], "missed": [],
+            "ranks": {"0": {"device": "cpu", "host": "vm"}}, "cost": {"digest_ms_mean": 0.5, "digest_ms_max": 0.9}}
+    (logs / "canary.json").write_text(json.dumps(base))
+    found = check.fn({"canary": read(newest(tmp_path))})
+    assert (found.status.value, found.message) == ("pass", "the replicas were identical at all 5 checks every "
+                                                   "10 steps up to step 50; digest 0.50 ms per check (max 0.90)")
+    missed = {**base, "missed": [{"step": 20, "ranks": [3], "line": "step 20: rank 3 missed the check (no digest "
+                                                                     "within 60 s)"}]}
+    (logs / "canary.json").write_text(json.dumps(missed))
+    found = check.fn({"canary": read(newest(tmp_path))})
+    assert found.status.value == "warn" and found.message.startswith("1 rank missed a canary check (step 20: rank 3")
+    for text, problem in (("{", "not JSON"), ('{"k": 1}', "not a gpu-doctor canary record"),
+                          (json.dumps({**base, "missed": [{"step": "x"}]}), "'missed' is not a list of checks")):
+        (logs / "canary.json").write_text(text)
+        found = check.fn({"canary": read(newest(tmp_path))})
+        assert found.status.value == "unknown"
+        assert found.message.startswith(f"{logs / 'canary.json'}: ") and problem in found.message

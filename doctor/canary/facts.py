@@ -37,6 +37,13 @@ def read(path: Path) -> CanaryRun:
         return CanaryRun(str(path), None, f"{path}: not JSON ({exc})")
     if not isinstance(doc, dict) or any(k not in doc for k in KEYS):
         return CanaryRun(str(path), None, f"{path}: not a gpu-doctor canary record (needs {', '.join(KEYS)})")
+    for key in ("mismatches", "missed"):
+        events = doc[key]
+        if not isinstance(events, list) or not all(isinstance(e, dict) and isinstance(e.get("line"), str)
+                                                   and isinstance(e.get("step"), int) for e in events):
+            return CanaryRun(str(path), None, f"{path}: '{key}' is not a list of checks with 'step' and 'line'")
+    if not isinstance(doc["ranks"], dict) or not isinstance(doc["cost"], dict):
+        return CanaryRun(str(path), None, f"{path}: 'ranks' and 'cost' must be objects")
     return CanaryRun(str(path), doc)
 
 
