@@ -232,3 +232,35 @@ def test_art006_reads_clean_missed_and_broken_records(tmp_path: Path) -> None:
         found = check.fn({"canary": read(newest(tmp_path))})
         assert found.status.value == "unknown"
         assert found.message.startswith(f"{logs / 'canary.json'}: ") and problem in found.message
+
+
+def test_optimizer_state_is_hashed_after_the_parameters_and_named_after_them(tmp_path: Path) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from doctor.launch.spec import free_port
+
+    sys.path.insert(0, str(BOOTSTRAP))
+    try:
+        from gpu_doctor_canary.watch import Canary
+    finally:
+        sys.path.remove(str(BOOTSTRAP))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        canary = Canary(2, str(tmp_path), 5.0, optimizer_state=True)
+        ddp = DistributedDataParallel(torch.nn.Linear(4, 2))
+        canary.ddp_built(ddp)
+        opt = torch.optim.Adam(ddp.parameters())
+        for _ in range(2):
+            ddp(torch.ones(3, 4)).sum().backward()
+            opt.step()
+            canary.after_step(opt, (), {})
+        canary.drain(10.0)
+    finally:
+        dist.destroy_process_group()
+    assert [name for name, _ in canary.named] == [
+        "weight", "bias", "weight (optimizer exp_avg)", "weight (optimizer exp_avg_sq)", "weight (optimizer step)",
+        "bias (optimizer exp_avg)", "bias (optimizer exp_avg_sq)", "bias (optimizer step)"]
+    record = json.loads((tmp_path / "canary" / "rank_0.json").read_text())
+    assert (record["checks"], record["agreed"], record["tensors"], record["how"]) == (1, 1, 8, "all_gather")

@@ -19,11 +19,15 @@ ACTIONS = ("fail", "stop", "warn")    # fail: finish, then exit 3; stop: stop th
 DEFAULT_TIMEOUT_S = 60.0
 
 
-def rank_env(k: int, timeout_s: float, run_dir: Path, base: Mapping[str, str]) -> dict[str, str]:
+def rank_env(k: int, timeout_s: float, run_dir: Path, base: Mapping[str, str],
+             optimizer_state: bool = False) -> dict[str, str]:
     """What a rank needs for the canary: the bootstrap first on its PYTHONPATH, and the settings."""
     path = [str(BOOTSTRAP)] + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {"GPU_DOCTOR_CANARY": str(k), "GPU_DOCTOR_CANARY_DIR": str(run_dir),
-            "GPU_DOCTOR_CANARY_TIMEOUT": f"{timeout_s:g}", "PYTHONPATH": os.pathsep.join(path)}
+    env = {"GPU_DOCTOR_CANARY": str(k), "GPU_DOCTOR_CANARY_DIR": str(run_dir),
+           "GPU_DOCTOR_CANARY_TIMEOUT": f"{timeout_s:g}", "PYTHONPATH": os.pathsep.join(path)}
+    if optimizer_state:
+        env["GPU_DOCTOR_CANARY_OPTIMIZER"] = "1"
+    return env
 
 
 def alarm(line: str) -> str | None:

@@ -79,6 +79,8 @@ def build_parser() -> Parser:
                         "rank at once, exit 3) or warn (report only)")
     p.add_argument("--canary-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"how long a check waits for a late rank before naming it (default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--canary-optimizer-state", action="store_true",
+                   help="the canary compares the optimizer's state too (Adam's exp_avg...), not only the parameters")
     p.add_argument("--plain", action="store_true", help="plain line output even on a terminal")
     p.add_argument("--quiet", "-q", action="store_true", help="do not echo rank output (logs keep it)")
     return p
@@ -180,7 +182,8 @@ def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]
         rendezvous_timeout_s=args.rendezvous_timeout or None,
         run_dir=Path(args.run_dir).resolve() if args.run_dir else None, nnodes=nnodes,
         slurm_hosts=hosts, socket_ifname=args.socket_ifname, canary=args.canary or 0,
-        canary_action=args.canary_action, canary_timeout_s=args.canary_timeout)
+        canary_action=args.canary_action, canary_timeout_s=args.canary_timeout,
+        canary_optimizer_state=args.canary_optimizer_state)
 
 
 def nodes(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, tuple[str, ...]]:

@@ -5,6 +5,7 @@ Configured by the launcher through the environment:
     GPU_DOCTOR_CANARY=K            check every K optimizer steps
     GPU_DOCTOR_CANARY_DIR=D        where this rank writes canary/rank_N.json
     GPU_DOCTOR_CANARY_TIMEOUT=S    how long a check waits for the other ranks
+    GPU_DOCTOR_CANARY_OPTIMIZER=1  the optimizer's state too (Adam's exp_avg...), not only the parameters
 
 Nothing is imported before the user's program imports torch: `install()` only puts an
 import hook in place, and the canary registers itself once `import torch` has finished

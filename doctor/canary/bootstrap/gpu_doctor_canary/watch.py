@@ -49,8 +49,9 @@ class Check:
 
 
 class Canary:
-    def __init__(self, k: int, folder: str, timeout_s: float):
+    def __init__(self, k: int, folder: str, timeout_s: float, optimizer_state: bool = False):
         self.k = k
+        self.optimizer_state = optimizer_state
         self.folder = folder
         self.timeout_s = timeout_s
         self.modules: list[weakref.ref[Any]] = []
@@ -103,6 +104,7 @@ class Canary:
             if not self._steps_ddp_parameters(optimizer):
                 return
             self.optimizer = weakref.ref(optimizer)
+            self.named = []    # listed again at the first check: with the optimizer's state, if asked
         elif self.optimizer() is not optimizer:
             return
         self.steps += 1
@@ -126,10 +128,23 @@ class Canary:
             for i, ddp in enumerate(alive):
                 prefix = f"{i}:" if len(alive) > 1 else ""
                 self.named += [(prefix + name, p) for name, p in ddp.module.named_parameters()]
+            optimizer = self.optimizer() if self.optimizer is not None else None
+            if self.optimizer_state and optimizer is not None:
+                self.named += self._optimizer_state(optimizer.state)
             self.record["tensors"] = len(self.named)
             if self.named:
                 self.record["device"] = str(self.named[0][1].device)
         return self.named
+
+    def _optimizer_state(self, state: Any) -> list[tuple[str, torch.Tensor]]:
+        """The optimizer's per-parameter tensors (Adam's exp_avg, exp_avg_sq...), which DDP's
+        identical gradients keep identical too; named after their parameter."""
+        out = []
+        for name, p in list(self.named):
+            for key, value in sorted(state.get(p, {}).items()):
+                if isinstance(value, torch.Tensor):
+                    out.append((f"{name} (optimizer {key})", value))
+        return out
 
     def _check(self) -> None:
         tensors = [p for _, p in self.parameters()]
@@ -284,7 +299,8 @@ def start() -> None:
     if k <= 0:
         return
     canary = _CANARY = Canary(k, os.environ.get("GPU_DOCTOR_CANARY_DIR", "."),
-                              float(os.environ.get("GPU_DOCTOR_CANARY_TIMEOUT", "60")))
+                              float(os.environ.get("GPU_DOCTOR_CANARY_TIMEOUT", "60")),
+                              os.environ.get("GPU_DOCTOR_CANARY_OPTIMIZER") == "1")
     from torch.nn.parallel import DistributedDataParallel as ddp_class
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
