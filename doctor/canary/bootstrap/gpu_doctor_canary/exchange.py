@@ -35,6 +35,7 @@ class Exchange:
         self.store: Any = dist.PrefixStore(PREFIX, dist.distributed_c10d._get_default_store())
         self.group: Any = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
         self.broken = ""         # why the gloo group is no longer used ("" while it is)
+        self.last: tuple[str, list[int]] | None = None   # the latest exchange through the store
 
     def gather(self, tag: str, values: list[int]) -> tuple[dict[int, list[int]], str]:
         """{rank: its values} for the ranks that came within the timeout, and how it was done."""
@@ -65,8 +66,26 @@ class Exchange:
                     text = self.store.get(f"{tag}/{r}").decode()
                     found[r] = [int(v) for v in text.split(",") if v]
             if len(found) == self.world or time.monotonic() >= deadline:
+                self.store.set(f"{tag}/read/{self.rank}", "1")
+                self.last = (tag, sorted(found))
                 return found
             time.sleep(POLL_S)
+
+    def settle(self, timeout_s: float) -> None:
+        """Before this rank leaves: wait (bounded) until the ranks of the latest store exchange
+        have read it. The store lives in one rank's process (rank 0's, with env://); were it
+        to leave first, the others would lose the digests they are still reading."""
+        if self.last is None:
+            return
+        tag, ranks = self.last
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if all(self.store.check([f"{tag}/read/{r}"]) for r in ranks):
+                    return
+                time.sleep(POLL_S)
+        except Exception:   # the store is gone already: nothing left to protect
+            pass
 
     def forget(self, tag: str) -> None:
         """Delete this rank's key of an old check (the store stays small on long runs)."""

@@ -179,6 +179,8 @@ class Canary:
         with self.idle:
             while self.pending and time.monotonic() < deadline:
                 self.idle.wait(max(0.0, deadline - time.monotonic()))
+        if self.exchange is not None and not self.closed:
+            self.exchange.settle(self.timeout_s)
         self.closed = True
         self.queue.put(None)
 
