@@ -12,7 +12,10 @@ side by side: each round runs the job without the canary, with --canary 10 and w
 --canary 100, in a rotating order so load changes hit all three alike. The job times its own
 steps after 10 warm-up steps, by the wall clock and by its process's CPU time (every thread
 of the rank, the canary's too: on a shared machine the steadier of the two); the overhead is
-each run's mean step time over the same round's run without the canary. Prints every run, the per-mode medians, the noise (the spread
+each run's mean step time over the same round's run without the canary. Within each run the job also times every step, and the median
+of the check steps (multiples of K) over the median of the others, spread over K steps, is a
+side-by-side at the finest interleave (without the canary, multiples of 10: the noise floor).
+Prints every run, the per-mode medians, the noise (the spread
 of the runs without the canary around their median) and canary.json's own measure (the digest
 time per check over K steps). Targets: K=10 at most 2 %, K=100 within the noise.
 """
@@ -45,7 +48,10 @@ def launch(folder: Path, name: str, nproc: int, k: int,
                          cwd=folder, env=env, capture_output=True, text=True, timeout=3600)
     steps = [(float(line.split("step_ms_mean ")[1].split()[0]), float(line.split("step_cpu_ms_mean ")[1].split()[0]))
              for line in res.stdout.splitlines() if "step_cpu_ms_mean " in line]
+    doc_timing = [(float(line.split("check_steps_ms ")[1].split()[0]), float(line.split("other_steps_ms ")[1].split()[0]))
+                  for line in res.stdout.splitlines() if "check_steps_ms " in line]
     doc = json.loads((run / "canary.json").read_text()) if (run / "canary.json").is_file() else {}
+    doc["_timing"] = doc_timing
     return res.returncode, doc, steps, res.stderr
 
 
@@ -64,8 +70,8 @@ def clean(args: argparse.Namespace, folder: Path) -> int:
 
 
 def overhead(args: argparse.Namespace, folder: Path) -> int:
-    job = ["--model", "transformer", "--width", "128", "--steps", str(args.steps), "--print-every", str(args.steps)]
     modes = (0, 10, 100)
+    interleaved: dict[int, list[float]] = {m: [] for m in modes}
     runs: dict[str, dict[int, list[float]]] = {"wall": {m: [] for m in modes}, "cpu": {m: [] for m in modes}}
     ratios: dict[str, dict[int, list[float]]] = {"wall": {m: [] for m in modes}, "cpu": {m: [] for m in modes}}
     own: dict[int, list[float]] = {m: [] for m in modes}
@@ -73,6 +79,8 @@ def overhead(args: argparse.Namespace, folder: Path) -> int:
         order = modes[r % 3:] + modes[:r % 3]
         got: dict[str, dict[int, float]] = {"wall": {}, "cpu": {}}
         for k in order:
+            job = ["--model", "transformer", "--width", "128", "--steps", str(args.steps), "--print-every",
+                   str(args.steps), "--timing-k", str(k or 10)]
             code, doc, steps, err = launch(folder, f"r{r}-k{k}", args.nproc, k, job)
             if code != 0 or not steps:
                 print(f"round {r} K={k}: exit {code}\n{err[-2000:]}")
@@ -83,6 +91,8 @@ def overhead(args: argparse.Namespace, folder: Path) -> int:
                 runs[what][k].append(got[what][k])
             if k:
                 own[k].append(doc["cost"]["overhead_pct"])
+            # within the run: the check steps' median time over the other steps', spread over K steps
+            interleaved[k] += [100.0 * (c / o - 1.0) / (k or 10) for c, o in doc["_timing"]]
             print(f"round {r} K={k or 'off':>4}: {got['wall'][k]:.3f} ms a step, {got['cpu'][k]:.3f} CPU ms a step"
                   + (f"  (canary.json: digest {doc['cost']['digest_ms_mean']:.3f} ms per check, "
                      f"{doc['cost']['overhead_pct']:.3f} % of step time)" if k else ""), flush=True)
@@ -98,6 +108,10 @@ def overhead(args: argparse.Namespace, folder: Path) -> int:
         for k in (10, 100):
             print(f"  K={k}: median per-round overhead {statistics.median(ratios[what][k]):+.2f} % "
                   f"(rounds: {', '.join(f'{v:+.2f}' for v in ratios[what][k])})")
+    for k in modes:
+        print(f"within each run, K={k or 'off (steps that are multiples of 10)'}: the check steps' extra time "
+              f"spread over K steps, median {statistics.median(interleaved[k]):+.3f} % "
+              f"(per rank and run: {min(interleaved[k]):+.3f} .. {max(interleaved[k]):+.3f})")
     for k in (10, 100):
         print(f"canary.json's own measure at K={k}: digest time per check over K steps, median "
               f"{statistics.median(own[k]):.3f} %")
