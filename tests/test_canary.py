@@ -264,3 +264,20 @@ def test_optimizer_state_is_hashed_after_the_parameters_and_named_after_them(tmp
         "bias (optimizer exp_avg)", "bias (optimizer exp_avg_sq)", "bias (optimizer step)"]
     record = json.loads((tmp_path / "canary" / "rank_0.json").read_text())
     assert (record["checks"], record["agreed"], record["tensors"], record["how"]) == (1, 1, 8, "all_gather")
+
+
+def test_the_words_for_two_minority_groups_and_for_no_majority() -> None:
+    sys.path.insert(0, str(BOOTSTRAP))
+    try:
+        from gpu_doctor_canary.compare import disagreements
+    finally:
+        sys.path.remove(str(BOOTSTRAP))
+    names = ["embed.weight", "layer1.weight", "layer1.bias"]
+    vectors = {0: [1, 2, 3], 1: [1, 2, 3], 2: [1, 9, 3], 3: [1, 2, 3], 4: [1, 2, 8]}
+    lines = [d["line"] for d in disagreements(50, {0: 7, 1: 7, 2: 5, 3: 7, 4: 6}, vectors, names)]
+    assert lines == ["step 50: rank 2's `layer1.weight` differs from ranks 0, 1, 3",
+                     "step 50: rank 4's `layer1.bias` differs from ranks 0, 1, 3"]
+    tie = disagreements(60, {0: 7, 1: 7, 2: 5, 3: 5}, {0: [1, 2, 3], 2: [4, 2, 3]}, names)
+    assert [(d["line"], d["majority"]) for d in tie] == [
+        ("step 60: no majority: ranks 2, 3's `embed.weight` differs from ranks 0, 1", [])]
+    assert disagreements(70, {0: 7, 1: 7}, {}, names) == []

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .compare import disagreements, missed_line
 from .digest import digests
 from .exchange import KEEP_STEPS, Exchange
 
@@ -33,10 +34,6 @@ MAX_EVENTS = 50
 
 def say(text: str) -> None:
     print(MARK + text, file=sys.stderr, flush=True)
-
-
-def ranks_text(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 @dataclass
@@ -222,8 +219,7 @@ class Canary:
         missing = [r for r in range(world) if r not in got]
         if missing:
             self.event("missed", {"step": item.step, "ranks": missing,
-                                  "line": f"step {item.step}: {ranks_text(missing)} missed the check "
-                                          f"(no digest within {self.timeout_s:g} s)"}, rank, got)
+                                  "line": missed_line(item.step, missing, self.timeout_s)}, rank, got)
         values = {r: v[0] for r, v in got.items()}
         if len(set(values.values())) > 1:
             self._name_tensor(item, values)
@@ -241,24 +237,9 @@ class Canary:
     def _name_tensor(self, item: Check, values: dict[int, int]) -> None:
         """Round two: the per-tensor digests name the first tensor each minority rank has wrong."""
         assert self.exchange is not None
-        got, _ = self.exchange.gather(f"t/{item.step}", item.per_tensor.cpu().tolist())
-        groups: dict[int, list[int]] = {}
-        for r in sorted(values):
-            groups.setdefault(values[r], []).append(r)
-        ordered = sorted(groups.values(), key=lambda rs: (-len(rs), rs))
-        reference, minorities = ordered[0], ordered[1:]
-        majority = reference if len(reference) > len(minorities[0]) else []
-        ref = next((got[r] for r in reference if r in got), None)
-        for minority in minorities:
-            vec = next((got[r] for r in minority if r in got), None)
-            index = None if vec is None or ref is None else \
-                next((i for i, (a, b) in enumerate(zip(vec, ref, strict=False)) if a != b), None)
-            name = self.named[index][0] if index is not None and index < len(self.named) else None
-            line = (f"step {item.step}: {'' if majority else 'no majority: '}{ranks_text(minority)}'s "
-                    f"{f'`{name}`' if name else 'parameters'} differs from {ranks_text(reference)}")
-            self.event("mismatches", {"step": item.step, "minority": minority, "majority": majority,
-                                      "reference": reference, "tensor": name, "tensor_index": index,
-                                      "line": line}, self.exchange.rank, values)
+        vectors, _ = self.exchange.gather(f"t/{item.step}", item.per_tensor.cpu().tolist())
+        for doc in disagreements(item.step, values, vectors, [name for name, _ in self.named]):
+            self.event("mismatches", doc, self.exchange.rank, values)
 
     def event(self, kind: str, doc: dict[str, Any], rank: int, present: Any) -> None:
         events = self.record[kind]
