@@ -171,9 +171,6 @@ def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]
     check_nproc(nproc, env)
     check_run_dir(args.run_dir)
     nnodes, hosts = nodes(args, env)
-    if args.canary and hosts:
-        raise UsageError("--canary runs the ranks of one node for now (the launch goes through srun here); "
-                         "use --local inside the allocation, or leave --canary out")
     return LaunchSpec(
         script=script, args=script_args, nproc=nproc, python=python, workdir=workdir,
         instrument=args.instrument, scorep_flags=scorep_flags(args.scorep_flags), env=env,

@@ -281,7 +281,7 @@ class Launcher:
             addr = slurm.node_address(spec.slurm_hosts[0], spec.base_env())
             self.master_port = self.master_port or slurm.master_port_for(spec.base_env().get("SLURM_JOB_ID", ""))
             spec = replace(spec, master_addr=addr)
-            argv = tuple(slurm.srun_command(spec, addr, self.master_port))
+            argv = tuple(slurm.srun_command(spec, addr, self.master_port, run_dir=self.run_dir))
             self._procs = [_Proc(argv, tuple(range(spec.world_size)), demux=True)]
             self._nodes = placement.rank_nodes(spec.slurm_hosts[:max(1, spec.nnodes)], spec.nproc)
             for r in range(spec.world_size):

@@ -63,7 +63,8 @@ class Canary:
         self.closed = False
         self.thread: threading.Thread | None = None
         self.record: dict[str, Any] = {
-            "rank": None, "world_size": None, "k": k, "host": socket.gethostname(), "pid": os.getpid(),
+            "rank": None, "world_size": None, "k": k, "pid": os.getpid(),
+            "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),   # Slurm's name for the node
             "device": "", "tensors": 0, "steps": 0, "checks": 0, "agreed": 0, "last_check_step": None,
             "how": "", "cost": {"digest_ms_total": 0.0, "digest_ms_max": 0.0, "hook_ms_total": 0.0,
                                 "exchange_ms_total": 0.0, "exchange_ms_max": 0.0,
