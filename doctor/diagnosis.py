@@ -41,6 +41,8 @@ LINKS: tuple[Link, ...] = (
          "the framework's CUDA init fails while the runtime is not ready"),
     Link("GPU003", ("GPU005",), "a fabric manager that is down keeps the runtime at 802"),
     Link("LNC003", ("GPU003",), "the node whose runtime never comes up is still one the job may get"),
+    Link("ART006", ("P2P002",), "DDP replicas that drift apart got wrong bytes with no error: the field "
+         "guide's corrupt GPU peer copies"),
     Link("ART001", ("LNC001",), "torchrun under `python -m scorep`: only the launcher agent was measured"),
     Link("ART002", ("SCP002", "SCP007", "SCP001"),
          "no CUDA in the measurement: the adapter was not loaded (--cuda), told to record nothing "

@@ -29,6 +29,7 @@ FACT_MODULES = (
     "doctor.probes.network",
     "doctor.jobfolder.facts",
     "doctor.artifacts.facts",
+    "doctor.canary.facts",
 )
 
 

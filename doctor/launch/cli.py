@@ -6,7 +6,8 @@
 Exit codes: 0 every rank finished with 0; otherwise the first failing rank's
 code (a signal N as 128+N); 124 rendezvous timeout; 128+N when gpu-doctor got
 signal N (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP); 1 CUDA warm-up failed (nothing
-launched); 2 usage or setup error (e.g. Score-P missing), nothing launched.
+launched); 2 usage or setup error (e.g. Score-P missing), nothing launched;
+3 with --canary: the ranks' parameters differed (unless --canary-action warn).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.arguments import Parser, UsageError, non_negative_float, positive_float, positive_int
+from doctor.canary.launch import ACTIONS, DEFAULT_TIMEOUT_S
 from doctor.case import Case
 from doctor.launch import slurm
 from doctor.launch.bounds import check_nproc, check_run_dir, host_address, port_number
@@ -70,6 +72,16 @@ def build_parser() -> Parser:
     p.add_argument("--socket-ifname", type=socket_ifname, default="auto", metavar="IF",
                    help="across nodes: GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME for the ranks that do not "
                         "set them: auto (each node's route to MASTER_ADDR, the default), off, or a name")
+    p.add_argument("--canary", type=positive_int, metavar="K",
+                   help="every K optimizer steps, check that the DDP replicas' parameters are bit-identical "
+                        "across ranks (off by default; canary.json in the run folder)")
+    p.add_argument("--canary-action", choices=ACTIONS, default="fail",
+                   help="when the replicas differ: fail (finish, then exit 3; the default), stop (stop every "
+                        "rank at once, exit 3) or warn (report only)")
+    p.add_argument("--canary-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                   help=f"how long a check waits for a late rank before naming it (default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--canary-optimizer-state", action="store_true",
+                   help="the canary compares the optimizer's state too (Adam's exp_avg...), not only the parameters")
     p.add_argument("--plain", action="store_true", help="plain line output even on a terminal")
     p.add_argument("--quiet", "-q", action="store_true", help="do not echo rank output (logs keep it)")
     return p
@@ -167,7 +179,9 @@ def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]
         warmup_budget_s=args.warmup_budget, grace_s=args.grace, kill_after_s=args.kill_after,
         rendezvous_timeout_s=args.rendezvous_timeout or None,
         run_dir=Path(args.run_dir).resolve() if args.run_dir else None, nnodes=nnodes,
-        slurm_hosts=hosts, socket_ifname=args.socket_ifname)
+        slurm_hosts=hosts, socket_ifname=args.socket_ifname, canary=args.canary or 0,
+        canary_action=args.canary_action, canary_timeout_s=args.canary_timeout,
+        canary_optimizer_state=args.canary_optimizer_state)
 
 
 def nodes(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, tuple[str, ...]]:

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from doctor.canary.launch import EXIT_CANARY, Alarms, is_mismatch
+from doctor.canary.launch import outcome as canary_outcome
 from doctor.launch import ifname, placement, reaper, rendezvous, slurm
 from doctor.launch.cgroup import RankCgroups
 from doctor.launch.events import (
@@ -122,6 +124,7 @@ class Launcher:
         self._cgroups = RankCgroups(self.marker)  # one per rank process where cgroup v2 allows
         self._first_tick: int | None = None  # when the first rank started (orphans are younger)
         self.leftovers: list[str] = []  # 'pid N (name)' of what the ranks left running, killed
+        self.canary = Alarms()                 # --canary: the alarm lines the ranks printed
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -306,7 +309,7 @@ class Launcher:
             addr = slurm.node_address(spec.slurm_hosts[0], spec.base_env())
             self.master_port = self.master_port or slurm.master_port_for(spec.base_env().get("SLURM_JOB_ID", ""))
             spec = replace(spec, master_addr=addr)
-            argv = tuple(slurm.srun_command(spec, addr, self.master_port))
+            argv = tuple(slurm.srun_command(spec, addr, self.master_port, run_dir=self.run_dir))
             self._procs = [_Proc(argv, tuple(range(spec.world_size)), demux=True)]
             self._nodes = placement.rank_nodes(spec.slurm_hosts[:max(1, spec.nnodes)], spec.nproc)
             for r in range(spec.world_size):
@@ -604,10 +607,19 @@ class Launcher:
                               loss=found.loss if found.loss is not None else st.loss)
             self._status[rank] = new
         self._promote(rank, "output")
+        if self.spec.canary:
+            self._canary_alarms(lines)
         if lines:
             self._post(RankOutput(rank, tuple(lines)))
         if found is not None and (new.step, new.total, new.epoch, new.loss) != (st.step, st.total, st.epoch, st.loss):
             self._post(RankProgress(rank, new.step, new.total, new.epoch, new.loss))
+
+    def _canary_alarms(self, lines: list[str]) -> None:
+        for text in self.canary.new(lines):
+            differs = is_mismatch(text)
+            self._post(Note("error" if differs else "warn", f"canary: {text}"))
+            if differs and self.spec.canary_action == "stop":
+                self.stop(f"replicas differ ({text}); --canary-action stop", EXIT_CANARY)
 
     def _wait_proc(self, proc: _Proc) -> None:
         assert proc.popen is not None
@@ -697,13 +709,17 @@ class Launcher:
         if self.leftovers:
             reason += (f"; killed {count(len(self.leftovers), 'process', 'processes')} the ranks left running: "
                        f"{', '.join(self.leftovers[:10])}{' ...' if len(self.leftovers) > 10 else ''}")
+        canary: tuple[str, ...] = ()
+        if self.spec.canary and not warmup_failed:
+            code, reason, canary = canary_outcome(self.run_dir, self.spec.canary, self.spec.canary_action,
+                                                  self.spec.world_size, self.spec.canary_timeout_s, code, reason)
         self.summary = RunSummary(
             exit_code=code, reason=reason, ranks=results, first_failed=self._first_failed,
             run_dir=str(self.run_dir), duration_s=time.monotonic() - self._t0,
             world_size=self.spec.world_size, master=getattr(self, "master", ""),
             stopped_by=stopped[0] if stopped else None,
             warmup=self.warmup_result.describe() if self.warmup_result else None,
-            leftovers=tuple(self.leftovers))
+            leftovers=tuple(self.leftovers), canary=canary)
         self._write_summary(self.summary)
         self._post(RunFinished(self.summary))
 

@@ -123,6 +123,7 @@ class RunSummary:
     stopped_by: str | None = None       # "SIGINT", "rendezvous timeout", "rank 1 failed", ...
     warmup: str | None = None
     leftovers: tuple[str, ...] = ()     # "pid N (name)" of what the ranks left running, killed at the end
+    canary: tuple[str, ...] = ()        # --canary: what the replica comparison found (doctor.canary.report)
 
     def rank(self, n: int) -> RankResult:
         return next(r for r in self.ranks if r.rank == n)

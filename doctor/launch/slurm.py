@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from doctor.launch import ifname
 from doctor.launch.spec import LaunchSpec, rank_command, total_memory_to_set
@@ -130,7 +131,7 @@ def master_port_for(job_id: str) -> int:
 
 
 def srun_command(spec: LaunchSpec, master_addr: str, master_port: int,
-                 srun: str = "srun") -> list[str]:
+                 srun: str = "srun", run_dir: Path | None = None) -> list[str]:
     """The one `srun` step that runs every rank of a multi-node launch."""
     nnodes = max(1, spec.nnodes)
     task = [sys.executable, "-m", "doctor.launch.srun_task"]
@@ -142,6 +143,11 @@ def srun_command(spec: LaunchSpec, master_addr: str, master_port: int,
         task += ["--warmup-python", spec.python, "--warmup-budget", f"{spec.warmup_budget_s:g}"]
         if spec.cuda_required:
             task.append("--require-cuda")
+    if spec.canary:   # the task sets the canary's variables itself: a PYTHONPATH may hold commas, --export not
+        task += ["--canary", str(spec.canary), "--canary-timeout", f"{spec.canary_timeout_s:g}",
+                 "--canary-dir", str(run_dir or spec.run_dir or spec.workdir)]
+        if spec.canary_optimizer_state:
+            task.append("--canary-optimizer-state")
     total = total_memory_to_set(spec, spec.base_env())
     memory = f",SCOREP_TOTAL_MEMORY={total}" if total else ""
     return [

@@ -50,6 +50,10 @@ class LaunchSpec:
     nnodes: int = 1
     slurm_hosts: tuple[str, ...] = ()             # set: launch through srun over these hosts
     socket_ifname: str = "auto"                   # across nodes: auto (route to MASTER_ADDR), off, or a name
+    canary: int = 0                               # compare the DDP replicas every N optimizer steps; 0 = off
+    canary_action: str = "fail"                   # on a mismatch: fail (exit 3 at the end), stop, warn
+    canary_timeout_s: float = 60.0                # how long a canary check waits for the other ranks
+    canary_optimizer_state: bool = False          # the canary hashes the optimizer's state too
 
     @property
     def instrumented(self) -> bool:
@@ -171,6 +175,11 @@ def plan_ranks(spec: LaunchSpec, master_port: int, run_dir: Path) -> list[RankPl
     """One plan per local rank (single node)."""
     base = spec.base_env()
     argv = rank_command(spec)
-    return [RankPlan(rank=r, argv=argv, rank_env=rank_env(spec, r, master_port, base),
+    extra: dict[str, str] = {}
+    if spec.canary:
+        from doctor.canary.launch import rank_env as canary_env
+
+        extra = canary_env(spec.canary, spec.canary_timeout_s, run_dir, base, spec.canary_optimizer_state)
+    return [RankPlan(rank=r, argv=argv, rank_env={**rank_env(spec, r, master_port, base), **extra},
                      cwd=str(spec.workdir), log_path=str(run_dir / f"rank_{r}.log"))
             for r in range(spec.nproc)]

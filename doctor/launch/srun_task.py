@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from doctor.launch import ifname, placement, rendezvous
 from doctor.launch.spec import experiment_dir
@@ -96,6 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--require-cuda", action="store_true")
     p.add_argument("--rendezvous-timeout", type=float, default=0.0)
     p.add_argument("--socket-ifname", default=ifname.OFF)
+    p.add_argument("--canary", type=int, default=0)
+    p.add_argument("--canary-timeout", type=float, default=60.0)
+    p.add_argument("--canary-dir", default=".")
+    p.add_argument("--canary-optimizer-state", action="store_true")
     args = p.parse_args(argv[:cut])
     command = argv[cut + 1:]
     if not command:
@@ -106,6 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TaskError as exc:
         print(f"srun_task: error: {exc}", file=sys.stderr)
         return 2
+    if args.canary:
+        from doctor.canary.launch import rank_env as canary_env
+
+        env.update(canary_env(args.canary, args.canary_timeout, Path(args.canary_dir), env,
+                              args.canary_optimizer_state))
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     sockets = ifname.choose(env, args.socket_ifname, f"rank {env['RANK']} on {host}")
     env.update(sockets.env)

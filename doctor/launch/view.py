@@ -164,4 +164,5 @@ def summary_lines(summary: RunSummary, tail: int = 10) -> list[str]:
 
         for f in rank_failures(summary.run_dir, failed):
             lines.append(f"  {f.text()}: gpu-doctor explain {f.check_id}")
+    lines.extend(f"  {line}" for line in summary.canary)
     return lines

@@ -147,6 +147,8 @@ class LaunchScreen(Screen[None]):
             yield labelled(Input(command, id="command", placeholder="train.py --args"),
                            "training script and its arguments")
             yield labelled(Input(str(nproc), id="nproc", type="integer", max_length=3), "ranks")
+            yield labelled(Input(str(self.options.extra.get("canary") or ""), id="canary", type="integer",
+                                 max_length=5, placeholder="off"), "canary K")
             yield labelled(Select([("uninstrumented", "none"), ("Score-P --cuda", "scorep")],
                                   value=str(self.options.extra.get("instrument", "none")), id="instrument",
                                   allow_blank=False), "measurement")
@@ -193,7 +195,11 @@ class LaunchScreen(Screen[None]):
         if not 1 <= nproc <= 256:
             raise ValueError(f"ranks must be 1..256, got {nproc}")
         workdir = self.case.root if self.case.root and self.case.root.is_dir() else Path.cwd()
-        return LaunchSpec(script=words[0], args=tuple(words[1:]), nproc=nproc,
+        canary = int(self.query_one("#canary", Input).value or 0)
+        if canary < 0:
+            raise ValueError(f"canary every K steps: K must be 1 or more (empty: off), got {canary}")
+        return LaunchSpec(script=words[0], args=tuple(words[1:]), nproc=nproc, canary=canary,
+                          canary_action=str(self.options.extra.get("canary_action", "fail")),
                           python=self.case.job_python, workdir=workdir,
                           instrument=str(self.query_one("#instrument", Select).value),
                           warmup=self.query_one("#warmup", Tickbox).value,
@@ -242,6 +248,7 @@ class LaunchScreen(Screen[None]):
             from doctor.launch.failures import rank_failures
 
             verdict += "".join(f"\n{f.text('press f')}" for f in rank_failures(summary.run_dir, failed))
+        verdict += "".join(f"\n{line}" for line in summary.canary)
         if spec.instrumented and any(r.pid for r in summary.ranks):
             from doctor.launch.verify import verify
 
@@ -276,6 +283,11 @@ class LaunchScreen(Screen[None]):
             self.verdict = "running"  # replaced by the outcome when the run ends
             self.query_one("#launch-verdict", Static).update(
                 Text(f"running: s (or ctrl+c) stops every rank; full logs in {self.launcher.run_dir}"))
+        alarms = self.launcher.canary.lines
+        if self.summary is None and alarms:
+            self.query_one("#launch-verdict", Static).update(Text(
+                "\n".join(f"canary: {line}" for line in alarms[-5:]) + "\nrunning: s stops every rank",
+                style="bold red"))
         self.flush_log()
         self.update_gpus()
 

@@ -1,0 +1,1 @@
+"""The folder gpu-doctor puts first on the ranks' PYTHONPATH (see doctor.canary)."""
