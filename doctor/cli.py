@@ -27,6 +27,7 @@ COMMANDS = {
     "fix": "doctor.remedy_cli:fix_main",
     "undo": "doctor.remedy_cli:undo_main",
     "timeline": "doctor.timeline.cli:main",
+    "hang": "doctor.hang.cli:main",
 }
 
 

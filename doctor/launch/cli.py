@@ -4,7 +4,8 @@
         -- train.py --max_steps 50
 
 Exit codes: 0 every rank finished with 0; otherwise the first failing rank's
-code (a signal N as 128+N); 124 rendezvous timeout; 128+N when gpu-doctor got
+code (a signal N as 128+N); 124 rendezvous timeout; 3 stalled with
+`--stall-action stop` (hang.json in the run folder says where); 128+N when gpu-doctor got
 signal N (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP); 1 CUDA warm-up failed (nothing
 launched); 2 usage or setup error (e.g. Score-P missing), nothing launched.
 """
@@ -69,6 +70,15 @@ def build_parser() -> Parser:
     p.add_argument("--socket-ifname", type=socket_ifname, default="auto", metavar="IF",
                    help="across nodes: GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME for the ranks that do not "
                         "set them: auto (each node's route to MASTER_ADDR, the default), off, or a name")
+    p.add_argument("--stall", type=non_negative_float, default=300.0, metavar="S",
+                   help="when no rank advanced for S seconds (no output, no CPU), sample every rank's stack and "
+                        "write hang.json in the run folder (default 300; 0 = off)")
+    p.add_argument("--stall-action", choices=("wait", "stop"), default="wait",
+                   help="after the stall verdict: let the ranks go on (wait, the default) or stop every rank "
+                        "and exit 3 (stop)")
+    p.add_argument("--flight-recorder", action="store_true",
+                   help="turn torch's Flight Recorder on in every rank (TORCH_FR_BUFFER_SIZE, dump on NCCL "
+                        "timeout into the run folder); off by default")
     p.add_argument("--plain", action="store_true", help="plain line output even on a terminal")
     p.add_argument("--quiet", "-q", action="store_true", help="do not echo rank output (logs keep it)")
     return p
@@ -166,7 +176,8 @@ def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]
         warmup_budget_s=args.warmup_budget, grace_s=args.grace, kill_after_s=args.kill_after,
         rendezvous_timeout_s=args.rendezvous_timeout or None,
         run_dir=Path(args.run_dir).resolve() if args.run_dir else None, nnodes=nnodes,
-        slurm_hosts=hosts, socket_ifname=args.socket_ifname)
+        slurm_hosts=hosts, socket_ifname=args.socket_ifname, stall_s=args.stall,
+        stall_action=args.stall_action, flight_recorder=args.flight_recorder)
 
 
 def nodes(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, tuple[str, ...]]:

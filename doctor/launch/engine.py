@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from doctor.hang import monitor as hang_monitor
 from doctor.launch import ifname, placement, reaper, rendezvous, slurm
 from doctor.launch.events import (
     Event,
@@ -118,6 +119,7 @@ class Launcher:
         self._t0 = 0.0
         self.master = ""
         self.marker = reaper.new_marker()  # in every rank's environment: finds its descendants
+        self._stall: hang_monitor.StallMonitor | None = None   # --stall: doctor.hang's watch
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -254,14 +256,28 @@ class Launcher:
                 self._finish()
                 return
             self._spawn_all()
+            self._stall = hang_monitor.attach(self)
             self._watch()
+            self._close_stall_watch()
             self._stop_survivors()
             self._finish()
         except Exception as exc:  # never leave ranks behind on an internal error
+            self._close_stall_watch()
             self._kill_all(signal.SIGKILL)
             self._stop_survivors()
             self._post(Note("error", f"internal error: {type(exc).__name__}: {exc}"))
             self._finish(internal_error=f"{type(exc).__name__}: {exc}")
+
+    def sample_now(self) -> bool:
+        """Sample every rank's stack now (the app's key); False when the launch has no stall watch."""
+        if self._stall is None:
+            return False
+        self._stall.sample_now()
+        return True
+
+    def _close_stall_watch(self) -> None:
+        if self._stall is not None:
+            self._stall.close()
 
     def _stop_survivors(self) -> None:
         """Kill what the ranks left running outside their groups (`setsid` grandchildren)."""

@@ -50,6 +50,9 @@ class LaunchSpec:
     nnodes: int = 1
     slurm_hosts: tuple[str, ...] = ()             # set: launch through srun over these hosts
     socket_ifname: str = "auto"                   # across nodes: auto (route to MASTER_ADDR), off, or a name
+    stall_s: float = 300.0                        # no rank advanced this long: sample them (doctor.hang); 0 off
+    stall_action: str = "wait"                    # after the stall verdict: wait, or stop every rank
+    flight_recorder: bool = False                 # torch's Flight Recorder on in every rank (doctor.hang.flight)
 
     @property
     def instrumented(self) -> bool:
@@ -171,6 +174,11 @@ def plan_ranks(spec: LaunchSpec, master_port: int, run_dir: Path) -> list[RankPl
     """One plan per local rank (single node)."""
     base = spec.base_env()
     argv = rank_command(spec)
-    return [RankPlan(rank=r, argv=argv, rank_env=rank_env(spec, r, master_port, base),
+    flight = {}
+    if spec.flight_recorder:
+        from doctor.hang.flight import flight_recorder_env
+
+        flight = flight_recorder_env(base, run_dir)
+    return [RankPlan(rank=r, argv=argv, rank_env={**rank_env(spec, r, master_port, base), **flight},
                      cwd=str(spec.workdir), log_path=str(run_dir / f"rank_{r}.log"))
             for r in range(spec.nproc)]
