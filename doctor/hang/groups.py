@@ -68,7 +68,8 @@ class Group:
     @property
     def tag(self) -> str:
         """The short name the app shows: DataLoader, all_reduce, the function."""
-        return "DataLoader" if self.what.startswith("DataLoader") else self.what or "?"
+        base = self.what.split(" (", 1)[0]
+        return "DataLoader" if base.startswith("DataLoader") else base or "?"
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"ranks": list(self.ranks), "frames": [f.to_json() for f in self.frames],

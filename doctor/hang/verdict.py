@@ -25,8 +25,8 @@ from doctor.launch.placement import ranks_text
 HANG_JSON = "hang.json"
 STACKS_DIR = "hang-stacks"
 SYMMETRIC_HINT = ("every rank is in the same place, so they wait on the interconnect or a device, not on each "
-                  "other's code: run `gpu-doctor check` for P2P002 (GPU peer-to-peer transfers) and the node "
-                  "checks (GPU001-GPU005), and rerun with NCCL_DEBUG=INFO to see where NCCL waits")
+                  "other's code: on each node run `gpu-doctor --check-only --level 2` (P2P002, peer copies, and "
+                  "the node checks GPU001-GPU005), and rerun with NCCL_DEBUG=INFO to see where NCCL waits")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _in(g: Group, steps: Mapping[int, int | None], nodes: bool = True) -> str:
     where = [g.where] if g.where else []
     known = [steps[r] for r in g.ranks if steps.get(r) is not None]
     if known:
-        where.append(f"step {min(v for v in known if v is not None)}")
+        where.append(f"after step {min(v for v in known if v is not None)}")
     on = sorted({n for n in g.nodes if n})
     if nodes and on:
         where.append(f"on {', '.join(on)}")
