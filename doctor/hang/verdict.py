@@ -88,9 +88,10 @@ def judge(stacks: Sequence[RankStack], source: str = "", stalled_s: float | None
     if not sampled:
         return Verdict((), groups, None, "no rank could be sampled" + tail, stalled_s=stalled_s, source=source)
     major = _majority(sampled)
-    verb = "run in" if major.moving else "wait in"
     who = (f"all {len(major.ranks)} ranks" if len(sampled) == 1 and not unsampled and len(major.ranks) > 1
            else ranks_text(list(major.ranks)))
+    one = len(major.ranks) == 1
+    verb = ("runs in" if one else "run in") if major.moving else ("waits in" if one else "wait in")
     collective = ({"op": major.collective, "where": major.where, "ranks": list(major.ranks),
                    "step": min((v for r in major.ranks if (v := steps.get(r)) is not None), default=None)}
                   if major.collective else None)
