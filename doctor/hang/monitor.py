@@ -23,7 +23,8 @@ from doctor.launch.events import Event, Note, RankStatus, StallVerdict
 
 PIDS_JSON = "pids.json"
 POLL_S = 1.0
-CPU_RATE = 0.02          # CPU seconds per second above this: the rank computes (a waiting rank stays below)
+CPU_RATE = 0.10          # CPU seconds per second above this: the rank computes (a waiting rank stays below)
+CPU_WINDOW_S = 3.0       # over this long
 EXIT_STALLED = 3
 ACTIONS = ("wait", "stop")
 
@@ -73,7 +74,8 @@ class StallMonitor:
         return [s for s in self._statuses() if s.pid is not None and not s.state.final]
 
     def _loop(self) -> None:
-        seen: dict[int, tuple[int, int, float | None]] = {}
+        seen: dict[int, tuple[int, int]] = {}
+        cpu_base: dict[int, tuple[float, float]] = {}   # rank -> (when, CPU seconds) at the window's start
         last_advance = time.monotonic()
         armed = True
         while not self._closed.is_set():
@@ -84,13 +86,18 @@ class StallMonitor:
             now = time.monotonic()
             live = self._live()
             for st in live:
+                advanced = seen.get(st.rank) != (st.lines, st.bytes)
+                seen[st.rank] = (st.lines, st.bytes)
                 cpu = cpu_seconds(st.pid) if st.pid is not None else None
-                before = seen.get(st.rank)
-                if before is None or (st.lines, st.bytes) != before[:2] or \
-                        (cpu is not None and before[2] is not None and cpu - before[2] > CPU_RATE * POLL_S):
+                base = cpu_base.get(st.rank)
+                if cpu is not None and (base is None or now - base[0] >= CPU_WINDOW_S):
+                    # A rate over seconds, not a one-poll delta: a waiting rank's odd wake-up (a timer,
+                    # the GC) is no progress; a computing rank burns most of a core.
+                    advanced |= base is None or (cpu - base[1]) / (now - base[0]) > CPU_RATE
+                    cpu_base[st.rank] = (now, cpu)
+                if advanced:
                     last_advance = now
                     armed = True
-                seen[st.rank] = (st.lines, st.bytes, cpu)
             requested, self._requested = self._requested, False
             stalled = now - last_advance
             if live and (requested or (armed and self.stall_s > 0 and stalled >= self.stall_s)):
