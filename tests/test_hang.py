@@ -158,3 +158,12 @@ def test_launch_with_the_flight_recorder_flag_gives_every_rank_the_variables(tmp
     plans = plan_ranks(LaunchSpec("train.py", nproc=2, env={}, flight_recorder=True), 29500, tmp_path)
     assert [p.rank_env["TORCH_FR_DUMP_TEMP_FILE"] for p in plans] == [str(tmp_path / "fr_trace_rank_")] * 2
     assert "TORCH_FR_BUFFER_SIZE" not in plan_ranks(LaunchSpec("train.py", nproc=1, env={}), 29500, tmp_path)[0].rank_env
+
+
+def test_srun_label_pieces_of_each_task_make_its_document() -> None:
+    from doctor.hang.job import task_documents
+
+    one = json.dumps({"node": "node1", "ranks": [{"rank": 0}]})
+    two = json.dumps({"node": "node2", "ranks": [{"rank": 1}]})
+    out = f"0: {one[:20]}\n1: {two[:15]}\n0: {one[20:]}\n1: {two[15:]}\nsrun: warning: odd line\n"
+    assert [d["node"] for d in task_documents(out)] == ["node1", "node2"]

@@ -51,8 +51,9 @@ def _ppid(pid: int) -> int:
         return 0
 
 
-def job_ranks(jobid: str) -> dict[int, int]:
-    """rank -> pid of the job's ranks on this node."""
+def job_ranks(jobid: str, node: str = "") -> dict[int, int]:
+    """rank -> pid of the job's ranks on this node (`node`: this node's SLURMD_NODENAME; a process
+    whose task Slurm started on another node is not ours, even where /proc shows it)."""
     candidates: dict[int, int] = {}   # pid -> rank
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -68,6 +69,8 @@ def job_ranks(jobid: str) -> dict[int, int]:
         env = _environ(pid)
         if env.get("SLURM_JOB_ID") != jobid or SAMPLER_MARK in env:
             continue
+        if node and env.get("SLURMD_NODENAME", node) != node:
+            continue
         rank = env.get("RANK") or env.get("SLURM_PROCID")
         if rank is not None and rank.isdigit():
             candidates[pid] = int(rank)
@@ -78,7 +81,7 @@ def job_ranks(jobid: str) -> dict[int, int]:
 def node_main(jobid: str, gap_s: float) -> int:
     """On one node: sample this node's ranks, print one JSON line."""
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    pids = job_ranks(jobid)
+    pids = job_ranks(jobid, os.environ.get("SLURMD_NODENAME", ""))
     stacks = sample_ranks(pids, gap_s, nodes={r: node for r in pids}) if pids else []
     print(json.dumps({"node": node, "ranks": [stack_to_json(s) for s in stacks]}), flush=True)
     return 0
@@ -123,7 +126,7 @@ def sample_job(jobid: str, env: Mapping[str, str] | None = None, gap_s: float = 
     env = dict(os.environ if env is None else env)
     nodes = job_nodes(jobid, env)
     argv = ["srun", "--overlap", f"--jobid={jobid}", f"--nodes={nodes}", f"--ntasks={nodes}",
-            "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--quiet",
+            "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--quiet", "--label",
             sys.executable, "-m", "doctor.hang.job", "--node", jobid, "--gap", str(gap_s)]
     run_env = {**env, SAMPLER_MARK: "1"}
     for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID"):   # our own allocation's
@@ -136,16 +139,37 @@ def sample_job(jobid: str, env: Mapping[str, str] | None = None, gap_s: float = 
     except subprocess.TimeoutExpired:
         raise JobError(f"srun --overlap --jobid {jobid} did not finish within {SRUN_TIMEOUT_S:g} s") from None
     stacks = []
-    for line in out.stdout.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        stacks += [stack_from_json(r, (steps or {}).get(int(r["rank"]))) for r in doc.get("ranks", [])]
+    for doc in task_documents(out.stdout):
+        stacks += [stack_from_json(r, (steps or {}).get(int(r["rank"]))) for r in doc.get("ranks", [])
+                   if int(r["rank"]) not in {s.rank for s in stacks}]
     if not stacks:
         why = " ".join(out.stderr.split())[:300] or "no rank of the job found on its nodes"
         raise JobError(f"no stacks from job {jobid}'s nodes (srun exit {out.returncode}): {why}")
     return sorted(stacks, key=lambda s: s.rank)
+
+
+def task_documents(stdout: str) -> list[dict[str, Any]]:
+    """Each task's JSON document from `srun --label` output: srun interleaves the tasks' long lines
+    in pieces, each piece labelled `N: `; a task's pieces, in order, make its document."""
+    pieces: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        label, sep, rest = line.partition(": ")
+        if sep and label.strip().isdigit():
+            pieces.setdefault(label.strip(), []).append(rest)
+    docs = []
+    decoder = json.JSONDecoder()
+    for label in sorted(pieces, key=int):
+        text, at = "".join(pieces[label]), 0
+        while at < len(text):
+            try:
+                doc, at = decoder.raw_decode(text, at)
+            except ValueError:
+                break
+            if isinstance(doc, dict):
+                docs.append(doc)
+            while at < len(text) and text[at].isspace():
+                at += 1
+    return docs
 
 
 def collector(jobid: str, env: Mapping[str, str],
