@@ -138,7 +138,7 @@ def sample_job(jobid: str, env: Mapping[str, str] | None = None, gap_s: float = 
         raise JobError(f"cannot run srun: {exc.strerror or exc}") from None
     except subprocess.TimeoutExpired:
         raise JobError(f"srun --overlap --jobid {jobid} did not finish within {SRUN_TIMEOUT_S:g} s") from None
-    stacks = []
+    stacks: list[RankStack] = []
     for doc in task_documents(out.stdout):
         stacks += [stack_from_json(r, (steps or {}).get(int(r["rank"]))) for r in doc.get("ranks", [])
                    if int(r["rank"]) not in {s.rank for s in stacks}]
