@@ -122,15 +122,15 @@ class StallMonitor:
             path = ""
             self._post(Note("error", f"cannot write {self.run_dir / verdicts.HANG_JSON}: {exc.strerror or exc}"))
         self.verdicts.append(verdict)
-        head = "sampled on request" if requested else f"stalled {_duration(stalled)}"
+        head = "sampled on request" if requested else f"stalled {duration_text(stalled)}"
         self._post(Note("warn", f"{head}: {verdict.verdict}" + (f" (saved {path})" if path else "")))
         self._post(StallVerdict(stalled, verdict.short, verdict.verdict, verdict.diverged_ranks,
                                 tuple(verdicts.group_lines(verdict.groups)), path, requested))
         if self.action == "stop" and not requested:
-            self._stop(f"stalled {_duration(stalled)}: {verdict.short}", EXIT_STALLED)
+            self._stop(f"stalled {duration_text(stalled)}: {verdict.short}", EXIT_STALLED)
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     """'15s', '5m', '1h 2m'."""
     s = int(seconds)
     if s < 60:
