@@ -23,8 +23,8 @@ def test_report_includes_the_hang_verdict_with_the_home_folder_redacted(tmp_path
         "ranks": [{"rank": r, "state": "killed", "returncode": -15, "pid": 100 + r, "log_path": str(run / f"rank_{r}.log"),
                    "last_lines": []} for r in range(4)], "first_failed": None, "run_dir": str(run), "duration_s": 30.0,
         "world_size": 4, "master": "127.0.0.1:29500", "stopped_by": "stalled 15s: rank 1 diverged (DataLoader)"}))
-    verdict = (f"ranks 0, 2, 3 wait in all_reduce (train.py:44, after step 49); rank 1 is in DataLoader.__next__ "
-               f"(train.py:54, after step 49): rank 1 diverged")
+    verdict = ("ranks 0, 2, 3 wait in all_reduce (train.py:44, after step 49); rank 1 is in DataLoader.__next__ "
+               "(train.py:54, after step 49): rank 1 diverged")
     frames = [{"function": "all_reduce", "file": f"{home}/venv/torch/distributed/distributed_c10d.py", "line": 3252},
               {"function": "train_step", "file": f"{job}/train.py", "line": 44}]
     (run / "hang.json").write_text(json.dumps({
