@@ -116,6 +116,11 @@ class StallMonitor:
         if self._closed.is_set() and not stacks:
             return
         verdict = verdicts.judge(stacks, self.source, stalled_s=stalled)
+        from doctor.hang.flight import read_run
+
+        flight = read_run(self.run_dir)   # NCCL ranks dump on their watchdog's timeout (--flight-recorder)
+        if flight is not None:
+            verdict = verdicts.with_flight_recorder(verdict, flight)
         try:
             path = str(verdicts.write(self.run_dir, verdict, stacks))
         except OSError as exc:
