@@ -390,7 +390,11 @@ def collective_timeouts(facts: Facts) -> Outcome | list[Outcome]:
     collective #N, but didn't join collective #N+1`), gloo's `Rank 1 failed to pass monitoredBarrier`
     (`TORCH_DISTRIBUTED_DEBUG=DETAIL` or `dist.monitored_barrier`), and NCCL RAS lines naming a
     missing or unresponsive process. It names the ranks that did not join: those the report names,
-    else the ranks of the job that printed no watchdog timeout while the others did.
+    else the ranks of the job that printed no watchdog timeout while the others did. When the last
+    `gpu-doctor launch --flight-recorder` left Flight Recorder dumps in its run folder, they decide:
+    the first collective not every rank entered, or whose op, shape or dtype differ between ranks
+    (the way torch's `fr_trace` matches them). gloo's `Timed out waiting Nms for recv operation`
+    counts as a timeout too.
 
     Why is this bad?
     A collective that times out means one rank went elsewhere (skipped a collective, hung in its data
@@ -414,11 +418,19 @@ def collective_timeouts(facts: Facts) -> Outcome | list[Outcome]:
     Fix safety:
     No automatic fix: the cause is in the training code or on the rank's node.
     """
-    from doctor.hang.logs import lagging
+    from doctor.hang.logs import flight_lagging, lagging
 
     found = facts["collective_logs"]
     files = getattr(found, "files", None)
     errors = getattr(found, "errors", [])
+    flight = getattr(found, "flight", None)
+    out_of_step = flight_lagging(flight)
+    if out_of_step and flight is not None:
+        ranks_text = ", ".join(map(str, out_of_step))
+        return fail(f"the Flight Recorder dumps of the last launch show rank{'s' if len(out_of_step) > 1 else ''} "
+                    f"{ranks_text} out of step: {flight['summary']}; gpu-doctor launch --stall / gpu-doctor hang "
+                    "show where each rank is", [Evidence(m["text"], m["file"], m["line"]) for m in list(found)[:4]],
+                    data={"lagging_ranks": out_of_step, "from": "flight_recorder"})
     if not found:
         if not files and not errors:
             return skip("no log files found in the job folder (pass --log FILE)")

@@ -139,3 +139,33 @@ def test_symmetric_stall_says_no_rank_diverged_and_points_at_the_interconnect(tm
     assert "no rank diverged" in doc["verdict"] and "P2P002" in doc["verdict"] and "NCCL_DEBUG=INFO" in doc["verdict"]
     assert "stalled 5s: no rank diverged (all_reduce)" in done.stderr
     assert_nothing_left(run)
+
+
+def test_flight_recorder_dumps_of_gloo_ranks_show_the_mismatched_collective_and_art005_names_rank_1(
+        tmp_path: Path) -> None:
+    """--flight-recorder on real gloo ranks: the collectives time out after 5 s, each rank dumps its
+    Flight Recorder (the script does what NCCL does by itself), ART005 reads the dumps afterwards."""
+    work = tmp_path / "fr"
+    work.mkdir()
+    shutil.copy(JOB, work / "train.py")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([PYTHON, "-m", "doctor", "launch", "--nproc", "4", "--no-warmup", "--plain", "-q",
+                           "--stall", "0", "--flight-recorder", "--", "train.py", "--mode", "skip",
+                           "--pg-timeout", "5"], cwd=work, capture_output=True, text=True, timeout=150, env=env)
+    assert done.returncode == 1, done.stderr
+    [run] = (work / ".gpu-doctor" / "runs").iterdir()
+    assert sorted(p.name for p in run.glob("fr_trace_rank_*")) == [f"fr_trace_rank_{r}" for r in range(4)]
+    from doctor.hang.flight import read_run
+
+    result = read_run(run)
+    assert result is not None
+    [pg] = result["process_groups"]
+    mm = pg["mismatch"]
+    assert mm["by_rank"]["1"]["op"] == "barrier" and {mm["by_rank"][r]["op"] for r in "023"} == {"all_reduce"}
+    gate = subprocess.run([PYTHON, "-m", "doctor", "--check-only", "--playbook", "post-run", "--json", str(work)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    [art005] = [c for c in json.loads(gate.stdout)["checks"] if c["id"] == "ART005"]
+    assert art005["status"] == "fail", art005
+    assert art005["findings"][0]["message"].startswith(
+        f"the Flight Recorder dumps of the last launch show rank 1 out of step: collective #{mm['seq']} of "
+        "default_pg differs between ranks"), art005

@@ -50,6 +50,8 @@ def logscan(ctx: ProbeContext) -> LogScan:
 @provider("collective_logs", timeout=120.0, reads_user_files=True)
 def collective_logs(ctx: ProbeContext) -> Any:
     """ART005's fact: watchdog timeouts, desync reports and NCCL RAS lines in the job's logs."""
+    from doctor.artifacts.logscan import launch_logs
+    from doctor.hang.flight import read_run
     from doctor.hang.logs import scan
 
     case = ctx.case
@@ -59,4 +61,9 @@ def collective_logs(ctx: ProbeContext) -> Any:
         paths = discover_logs(Path(case.root), follow_symlinks=not _root_only(ctx))
     else:
         paths = []
-    return scan(paths)
+    found = scan(paths)
+    if case.root is not None and Path(case.root).is_dir():
+        rank_logs = launch_logs(Path(case.root), follow_symlinks=not _root_only(ctx))
+        if rank_logs:
+            found.flight = read_run(rank_logs[0].parent)
+    return found

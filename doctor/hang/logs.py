@@ -41,10 +41,11 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("not_joined", re.compile(r"\[(?P<lagging>[\d, ]+)\] finished collective #\d+, but didn't join collective "
                               r"#(?P<seq>\d+)")),
     ("monitored_barrier", re.compile(r"Ranks? (?P<lagging>[\d, ]+?) failed to pass monitoredBarrier in (?P<ms>\d+) ms")),
+    ("gloo_timeout", re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<transport>\w+) operation to complete")),
     ("nccl_ras", re.compile(r"(?i)\bRAS\b.*\b(?:not responding|unresponsive|missing|dead)\b"
                             r"|Missing communicator data from")),
 )
-ANCHORS = (b"Watchdog caught", b"Timeout at NCCL work", b"lagging ranks", b"didn't finish collective",
+ANCHORS = (b"Timed out waiting", b"Watchdog caught", b"Timeout at NCCL work", b"lagging ranks", b"didn't finish collective",
            b"didn't join collective", b"monitoredBarrier", b"RAS", b"Missing communicator data")
 
 
@@ -94,12 +95,31 @@ def scan_file(path: Path) -> list[dict[str, Any]]:
 
 
 class CollectiveLogs(list):  # type: ignore[type-arg]
-    """The `collective_logs` fact: the matches, the files read, the files that could not be."""
+    """The `collective_logs` fact: the matches, the files read, the files that could not be, and the
+    Flight Recorder's reading of the last launch's dumps (`flight.read_run`), when it left any."""
 
-    def __init__(self, matches: list[dict[str, Any]], files: list[str], errors: list[str]):
+    def __init__(self, matches: list[dict[str, Any]], files: list[str], errors: list[str],
+                 flight: dict[str, Any] | None = None):
         super().__init__(matches)
         self.files = files
         self.errors = errors
+        self.flight = flight
+
+
+def flight_lagging(result: dict[str, Any] | None) -> list[int]:
+    """The ranks the Flight Recorder shows out of step: those that did not enter the first collective
+    the others did, else the minority of the first mismatched collective."""
+    for g in (result or {}).get("process_groups", []):
+        if g.get("first_unjoined"):
+            return list(g["first_unjoined"]["not_joined"])
+        mm = g.get("mismatch")
+        if mm:
+            by_op: dict[str, list[int]] = {}
+            for r, v in mm["by_rank"].items():
+                by_op.setdefault(f"{v['op']} {v['sizes']} {v['dtypes']}", []).append(int(r))
+            major = max(by_op.values(), key=len)
+            return sorted(r for rs in by_op.values() if rs is not major for r in rs)
+    return []
 
 
 def scan(paths: Iterable[Path]) -> CollectiveLogs:
@@ -121,7 +141,7 @@ def lagging(matches: Iterable[dict[str, Any]], world: int | None = None) -> tupl
     ms = list(matches)
     named = sorted({r for m in ms if m["kind"] in ("lagging_ranks", "not_finished", "not_joined", "monitored_barrier")
                     for r in m.get("lagging", [])})
-    timeouts = [m for m in ms if m["kind"] in ("watchdog_timeout", "work_timeout")]
+    timeouts = [m for m in ms if m["kind"] in ("watchdog_timeout", "work_timeout", "gloo_timeout")]
     seqs = sorted({m["seq"] for m in timeouts if "seq" in m})
     ops = sorted({m["op"] for m in timeouts if "op" in m})
     info: dict[str, Any] = {"seq": seqs[0] if seqs else None, "op": ops[0] if ops else None,

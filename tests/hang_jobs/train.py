@@ -22,9 +22,16 @@ p.add_argument("--steps", type=int, default=60)
 p.add_argument("--at", type=int, default=50)
 p.add_argument("--bad-rank", type=int, default=1)
 p.add_argument("--step-s", type=float, default=0.01)
+p.add_argument("--pg-timeout", type=float, default=0, help="collectives time out after this many seconds; "
+               "then each rank dumps its Flight Recorder (what NCCL does by itself on a watchdog timeout)")
 args = p.parse_args()
 
-dist.init_process_group("gloo")
+if args.pg_timeout:
+    import datetime
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
+else:
+    dist.init_process_group("gloo")
 rank = dist.get_rank()
 stuck = rank == args.bad_rank
 
@@ -50,18 +57,36 @@ def hold_the_gil():
     libc.sleep(3600)
 
 
-loader = DataLoader(Batches(), batch_size=None)
-for step, batch in enumerate(loader):
-    if step == args.at and stuck and args.mode == "skip":
-        print(f"step {step}: rank {rank} skips the all_reduce", flush=True)
-        continue
-    if step == args.at and stuck and args.mode == "gil":
-        hold_the_gil()
-    train_step(batch)
-    print(f"step {step}/{args.steps} loss {1.0 / (step + 1):.4f}", flush=True)
-    time.sleep(args.step_s)
+def dump_flight_recorder():
+    import torch._C._distributed_c10d as c10d
 
-dist.barrier()
+    with open(os.environ["TORCH_FR_DUMP_TEMP_FILE"] + str(rank), "wb") as fh:
+        fh.write(c10d._dump_fr_trace())
+
+
+def train():
+    loader = DataLoader(Batches(), batch_size=None)
+    for step, batch in enumerate(loader):
+        if step == args.at and stuck and args.mode == "skip":
+            print(f"step {step}: rank {rank} skips the all_reduce", flush=True)
+            continue
+        if step == args.at and stuck and args.mode == "gil":
+            hold_the_gil()
+        train_step(batch)
+        print(f"step {step}/{args.steps} loss {1.0 / (step + 1):.4f}", flush=True)
+        time.sleep(args.step_s)
+    dist.barrier()
+
+
+try:
+    train()
+except RuntimeError as exc:
+    if not args.pg_timeout:
+        raise
+    print(f"rank {rank}: {exc}".splitlines()[0], flush=True)
+    dump_flight_recorder()
+    sys.stdout.flush()
+    os._exit(1)
 print(f"rank {rank} done", flush=True)
 dist.destroy_process_group()
 sys.stdout.flush()
