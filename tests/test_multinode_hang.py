@@ -59,3 +59,25 @@ srun --output=rank_%t.log bash -c 'RANK=$SLURM_PROCID exec {PYTHON} train.py --m
     # The sampler's srun step ended with the command; the job's ranks with scancel.
     assert not [p for n in cluster.nodes for p in cluster.node_pids(n)
                 if b"doctor.hang" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+def test_launch_over_three_nodes_with_stall_names_rank_1_on_node2_and_stops(
+        cluster: MultiNodeSlurm, tmp_path: Path) -> None:
+    """Under srun the stall watch samples the ranks where they run (the same srun --overlap sampler)."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    shutil.copy(JOB, folder / "train.py")
+    script = write_exec(folder / "launch.sbatch", f"""#!/bin/bash
+#SBATCH --nodes=3
+#SBATCH --ntasks-per-node=1
+exec {PYTHON} -m doctor launch --plain -q --no-warmup --socket-ifname {IFNAME} --stall 8 --stall-action stop \\
+    --run-dir "$PWD/run" -- train.py --mode loader --steps 200
+""")
+    job = cluster.sbatch(script, f"--output={folder}/slurm-%j.out", f"--chdir={folder}", env=job_env())
+    state = cluster.wait_job(job, timeout=180)
+    out = (folder / f"slurm-{job}.out").read_text()
+    doc = json.loads((folder / "run" / "hang.json").read_text())
+    assert doc["diverged_ranks"] == [1], doc["verdict"] + out
+    assert "rank 1 is in DataLoader.__next__ (train.py:" in doc["verdict"] and "on node2)" in doc["verdict"]
+    assert "stalled 8s: rank 1 diverged (DataLoader)" in out, out
+    assert state == "FAILED" and "exit code 3" in out, (state, out)
