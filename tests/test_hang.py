@@ -167,3 +167,23 @@ def test_srun_label_pieces_of_each_task_make_its_document() -> None:
     two = json.dumps({"node": "node2", "ranks": [{"rank": 1}]})
     out = f"0: {one[:20]}\n1: {two[:15]}\n0: {one[20:]}\n1: {two[15:]}\nsrun: warning: odd line\n"
     assert [d["node"] for d in task_documents(out)] == ["node1", "node2"]
+
+
+def test_without_ptrace_permission_the_reason_says_so(tmp_path: Path) -> None:
+    """py-spy run as `nobody` against this user's process: the kernel refuses the trace."""
+    import os
+    import shutil
+
+    tool = stacks.py_spy_path()
+    if os.geteuid() != 0 or shutil.which("runuser") is None or tool is None:
+        pytest.skip("needs root and runuser (to run py-spy as another user)")
+    as_nobody = tmp_path / "py-spy-as-nobody"
+    as_nobody.write_text(f'#!/bin/sh\nexec runuser -u nobody -- {tool} "$@"\n')
+    as_nobody.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        s = stacks.sample(proc.pid, 0, py_spy=str(as_nobody))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert s.reason is not None and s.reason.startswith(f"no permission to trace process {proc.pid} (ptrace)"), s.reason
