@@ -378,3 +378,79 @@ def log_signatures(facts: Facts) -> Outcome | list[Outcome]:
     for match in scan:
         groups.setdefault(match["signature"], []).append(match)
     return [signature_outcome(name, matches) for name, matches in groups.items()]
+
+
+@check("ART005", ARTIFACTS, "No collective timed out waiting for a rank", needs=["collective_logs"])
+def collective_timeouts(facts: Facts) -> Outcome | list[Outcome]:
+    """What it does:
+    Reads the ranks' logs for the messages torch and NCCL print when a collective never finished:
+    the NCCL watchdog's `Watchdog caught collective operation timeout: WorkNCCL(SeqNum=..., OpType=...)`
+    and `Timeout at NCCL work: N`, the desync report (`TORCH_NCCL_DESYNC_DEBUG=1`: `ranks [1] are the
+    lagging ranks that caused this timeout`, `[1] joined but didn't finish collective #N`, `[1] finished
+    collective #N, but didn't join collective #N+1`), gloo's `Rank 1 failed to pass monitoredBarrier`
+    (`TORCH_DISTRIBUTED_DEBUG=DETAIL` or `dist.monitored_barrier`), and NCCL RAS lines naming a
+    missing or unresponsive process. It names the ranks that did not join: those the report names,
+    else the ranks of the job that printed no watchdog timeout while the others did. When the last
+    `gpu-doctor launch --flight-recorder` left Flight Recorder dumps in its run folder, they decide:
+    the first collective not every rank entered, or whose op, shape or dtype differ between ranks
+    (the way torch's `fr_trace` matches them). gloo's `Timed out waiting Nms for recv operation`
+    counts as a timeout too.
+
+    Why is this bad?
+    A collective that times out means one rank went elsewhere (skipped a collective, hung in its data
+    loader, died) and every other rank waited for it until the watchdog killed the job: the
+    rank that did not join is the one to look at, not the ranks whose logs show the error.
+
+    Example:
+    `[rank0]:[E1201 ...] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1043,
+    OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600021 milliseconds before
+    timing out.` in rank_0.log, rank_2.log and rank_3.log, nothing in rank_1.log.
+
+    Remedy:
+    Look at the rank named: `gpu-doctor launch --stall 300` samples every rank's stack when the job
+    stops advancing (long before the watchdog's 10 minutes) and writes hang.json; on a job that runs
+    now, `gpu-doctor hang --job JOBID` does the same on every node.
+
+    Severity:
+    fail when a collective timed out or a report names lagging ranks; skip without logs; unknown when
+    no log can be read; else pass.
+
+    Fix safety:
+    No automatic fix: the cause is in the training code or on the rank's node.
+    """
+    from doctor.hang.logs import flight_lagging, lagging
+
+    found = facts["collective_logs"]
+    files = getattr(found, "files", None)
+    errors = getattr(found, "errors", [])
+    flight = getattr(found, "flight", None)
+    out_of_step = flight_lagging(flight)
+    if out_of_step and flight is not None:
+        ranks_text = ", ".join(map(str, out_of_step))
+        return fail(f"the Flight Recorder dumps of the last launch show rank{'s' if len(out_of_step) > 1 else ''} "
+                    f"{ranks_text} out of step: {flight['summary']}; gpu-doctor launch --stall / gpu-doctor hang "
+                    "show where each rank is", [Evidence(m["text"], m["file"], m["line"]) for m in list(found)[:4]],
+                    data={"lagging_ranks": out_of_step, "from": "flight_recorder"})
+    if not found:
+        if not files and not errors:
+            return skip("no log files found in the job folder (pass --log FILE)")
+        if files and len(errors) >= len(files):
+            return unknown("no log file could be read", [Evidence(e) for e in errors[:5]])
+        return passed(f"no collective timeouts or desync reports in {count(len(files or []), 'log file')}")
+    expected = expected_ranks(_job(facts))
+    ranks, info = lagging(found, expected[0] if expected else None)
+    what = f"collective #{info['seq']}" if info.get("seq") is not None else "a collective"
+    if info.get("op"):
+        what += f" ({info['op']})"
+    if ranks:
+        how = f"the desync report names {'them' if len(ranks) > 1 else 'it'}" if info["from"] == "report" else \
+            f"ranks {', '.join(map(str, info['timed_out']))} timed out waiting, the others printed no timeout"
+        message = (f"{what} timed out waiting for rank{'s' if len(ranks) > 1 else ''} "
+                   f"{', '.join(map(str, ranks))}, which did not join ({how})")
+    else:
+        message = (f"{what} timed out" + (f" on ranks {', '.join(map(str, info['timed_out']))}" if info["timed_out"] else "")
+                   + ": the logs do not say which rank did not join (TORCH_NCCL_DESYNC_DEBUG=1 names it)")
+    ev = [Evidence(m["text"], m["file"], m["line"], f"rank {m['rank']}" if "rank" in m else None)
+          for m in list(found)[:8]]
+    return fail(message + "; gpu-doctor launch --stall / gpu-doctor hang show where each rank is", ev,
+                data={"lagging_ranks": ranks, **info})

@@ -29,6 +29,7 @@ COMMANDS = {
     "undo": "doctor.remedy_cli:undo_main",
     "timeline": "doctor.timeline.cli:main",
     "fleet": "doctor.fleet.cli:main",
+    "hang": "doctor.hang.cli:main",
 }
 
 

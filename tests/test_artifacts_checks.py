@@ -93,8 +93,9 @@ def test_post_run_playbook_end_to_end_json(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)
     assert json.loads(out.read_text())["status"] == doc["status"] == "fail"
     checks = {c["id"]: c for c in doc["checks"]}
-    assert set(checks) == {"ART001", "ART002", "ART003", "ART004", "ART006"}
+    assert set(checks) == {"ART001", "ART002", "ART003", "ART004", "ART005", "ART006"}
     assert checks["ART006"]["status"] == "skip"     # no --canary run in this folder
+    assert checks["ART005"]["status"] == "pass"   # the log holds no collective timeout
     assert checks["ART001"]["status"] == "fail"
     assert checks["ART001"]["remedies"][0]["id"] == "per-rank-launch"
     assert checks["ART004"]["status"] == "fail"

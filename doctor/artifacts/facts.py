@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from doctor.artifacts.discover import discover
 from doctor.artifacts.experiments import Experiments, summarize
@@ -44,3 +45,25 @@ def logscan(ctx: ProbeContext) -> LogScan:
         return scan_logs(paths, deadline=time.monotonic() + ctx.limit())
     except TimeoutError as exc:
         raise ProbeTimeout(str(exc)) from None
+
+
+@provider("collective_logs", timeout=120.0, reads_user_files=True)
+def collective_logs(ctx: ProbeContext) -> Any:
+    """ART005's fact: watchdog timeouts, desync reports and NCCL RAS lines in the job's logs."""
+    from doctor.artifacts.logscan import launch_logs
+    from doctor.hang.flight import read_run
+    from doctor.hang.logs import scan
+
+    case = ctx.case
+    if case.logs:
+        paths = [Path(p) for p in case.logs]
+    elif case.root is not None and Path(case.root).is_dir():
+        paths = discover_logs(Path(case.root), follow_symlinks=not _root_only(ctx))
+    else:
+        paths = []
+    found = scan(paths)
+    if case.root is not None and Path(case.root).is_dir():
+        rank_logs = launch_logs(Path(case.root), follow_symlinks=not _root_only(ctx))
+        if rank_logs:
+            found.flight = read_run(rank_logs[0].parent)
+    return found

@@ -4,7 +4,8 @@
         -- train.py --max_steps 50
 
 Exit codes: 0 every rank finished with 0; otherwise the first failing rank's
-code (a signal N as 128+N); 124 rendezvous timeout; 128+N when gpu-doctor got
+code (a signal N as 128+N); 124 rendezvous timeout; 3 stalled with
+`--stall-action stop` (hang.json in the run folder says where); 128+N when gpu-doctor got
 signal N (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP); 1 CUDA warm-up failed (nothing
 launched); 2 usage or setup error (e.g. Score-P missing), nothing launched;
 3 with --canary: the ranks' parameters differed (unless --canary-action warn).
@@ -82,6 +83,15 @@ def build_parser() -> Parser:
                    help=f"how long a check waits for a late rank before naming it (default {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--canary-optimizer-state", action="store_true",
                    help="the canary compares the optimizer's state too (Adam's exp_avg...), not only the parameters")
+    p.add_argument("--stall", type=non_negative_float, default=300.0, metavar="S",
+                   help="when no rank advanced for S seconds (no output, no CPU), sample every rank's stack and "
+                        "write hang.json in the run folder (default 300; 0 = off)")
+    p.add_argument("--stall-action", choices=("wait", "stop"), default="wait",
+                   help="after the stall verdict: let the ranks go on (wait, the default) or stop every rank "
+                        "and exit 3 (stop)")
+    p.add_argument("--flight-recorder", action="store_true",
+                   help="turn torch's Flight Recorder on in every rank (TORCH_FR_BUFFER_SIZE, dump on NCCL "
+                        "timeout into the run folder); off by default")
     p.add_argument("--plain", action="store_true", help="plain line output even on a terminal")
     p.add_argument("--quiet", "-q", action="store_true", help="do not echo rank output (logs keep it)")
     return p
@@ -181,7 +191,8 @@ def build_spec(args: argparse.Namespace, command: list[str], env: dict[str, str]
         run_dir=Path(args.run_dir).resolve() if args.run_dir else None, nnodes=nnodes,
         slurm_hosts=hosts, socket_ifname=args.socket_ifname, canary=args.canary or 0,
         canary_action=args.canary_action, canary_timeout_s=args.canary_timeout,
-        canary_optimizer_state=args.canary_optimizer_state)
+        canary_optimizer_state=args.canary_optimizer_state, stall_s=args.stall,
+        stall_action=args.stall_action, flight_recorder=args.flight_recorder)
 
 
 def nodes(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, tuple[str, ...]]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from doctor.canary.launch import EXIT_CANARY, Alarms, is_mismatch
 from doctor.canary.launch import outcome as canary_outcome
+from doctor.hang import monitor as hang_monitor
 from doctor.launch import ifname, placement, reaper, rendezvous, slurm
 from doctor.launch.cgroup import RankCgroups
 from doctor.launch.events import (
@@ -125,6 +126,7 @@ class Launcher:
         self._first_tick: int | None = None  # when the first rank started (orphans are younger)
         self.leftovers: list[str] = []  # 'pid N (name)' of what the ranks left running, killed
         self.canary = Alarms()                 # --canary: the alarm lines the ranks printed
+        self._stall: hang_monitor.StallMonitor | None = None   # --stall: doctor.hang's watch
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -262,14 +264,28 @@ class Launcher:
                 self._finish()
                 return
             self._spawn_all()
+            self._stall = hang_monitor.attach(self)
             self._watch()
+            self._close_stall_watch()
             self._stop_survivors()
             self._finish()
         except Exception as exc:  # never leave ranks behind on an internal error
+            self._close_stall_watch()
             self._kill_all(signal.SIGKILL)
             self._stop_survivors()
             self._post(Note("error", f"internal error: {type(exc).__name__}: {exc}"))
             self._finish(internal_error=f"{type(exc).__name__}: {exc}")
+
+    def sample_now(self) -> bool:
+        """Sample every rank's stack now (the app's key); False when the launch has no stall watch."""
+        if self._stall is None:
+            return False
+        self._stall.sample_now()
+        return True
+
+    def _close_stall_watch(self) -> None:
+        if self._stall is not None:
+            self._stall.close()
 
     def _stop_survivors(self) -> None:
         try:

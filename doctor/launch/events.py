@@ -210,5 +210,21 @@ class RunFinished:
     at: float = field(default_factory=_now)
 
 
+@dataclass(frozen=True)
+class StallVerdict:
+    """No rank advanced for `stalled_s`: what the stall watch found (doctor.hang). `short` is the app's
+    line ('rank 1 diverged (DataLoader)'), `verdict` the sentence, `groups` the grouped stacks as
+    person-readable lines; `path` the hang.json written before anything stops the ranks."""
+
+    stalled_s: float
+    short: str
+    verdict: str
+    diverged_ranks: tuple[int, ...]
+    groups: tuple[str, ...]
+    path: str
+    requested: bool = False            # sampled on request (the app's key), not by the stall watch
+    at: float = field(default_factory=_now)
+
+
 Event = (RunStarted | Note | WarmupAttempt | RankStarted | RankOutput | RankProgress
-         | RankStateChanged | RankExited | RunFinished)
+         | RankStateChanged | RankExited | RunFinished | StallVerdict)

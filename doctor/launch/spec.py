@@ -54,6 +54,9 @@ class LaunchSpec:
     canary_action: str = "fail"                   # on a mismatch: fail (exit 3 at the end), stop, warn
     canary_timeout_s: float = 60.0                # how long a canary check waits for the other ranks
     canary_optimizer_state: bool = False          # the canary hashes the optimizer's state too
+    stall_s: float = 300.0                        # no rank advanced this long: sample them (doctor.hang); 0 off
+    stall_action: str = "wait"                    # after the stall verdict: wait, or stop every rank
+    flight_recorder: bool = False                 # torch's Flight Recorder on in every rank (doctor.hang.flight)
 
     @property
     def instrumented(self) -> bool:
@@ -180,6 +183,10 @@ def plan_ranks(spec: LaunchSpec, master_port: int, run_dir: Path) -> list[RankPl
         from doctor.canary.launch import rank_env as canary_env
 
         extra = canary_env(spec.canary, spec.canary_timeout_s, run_dir, base, spec.canary_optimizer_state)
+    if spec.flight_recorder:
+        from doctor.hang.flight import flight_recorder_env
+
+        extra.update(flight_recorder_env(base, run_dir))
     return [RankPlan(rank=r, argv=argv, rank_env={**rank_env(spec, r, master_port, base), **extra},
                      cwd=str(spec.workdir), log_path=str(run_dir / f"rank_{r}.log"))
             for r in range(spec.nproc)]

@@ -110,7 +110,27 @@ def last_launch(dirs: Iterable[Path]) -> dict[str, Any]:
             "world_size": first_field(record, "world_size") or len(ranks), "exit_code": first_field(record, "exit_code"),
             "reason": first_field(record, "reason", "status", "outcome"), "stopped_by": first_field(record, "stopped_by"),
             "warmup": first_field(record, "warmup"), "duration_s": first_field(record, "duration_s"),
-            "first_failing_rank": failing if isinstance(failing, int) else None, "ranks": ranks, "note": None}
+            "first_failing_rank": failing if isinstance(failing, int) else None, "ranks": ranks, "note": None,
+            "hang": hang_record(newest)}
+
+
+def hang_record(run_dir: Path) -> dict[str, Any] | None:
+    """The stall watch's verdict of that run (`hang.json`, doctor.hang), or None: the sentence, the
+    ranks that diverged, the collective, the grouped stacks as lines (redacted with the rest)."""
+    path = run_dir / "hang.json"
+    if not path.is_file():
+        return None
+    doc = read_json(path)
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("verdict"), str):
+        return {"verdict": "N/A (hang.json is unreadable)", "diverged_ranks": [], "groups": []}
+    from doctor.hang.verdict import group_lines
+
+    try:
+        groups = group_lines([g for g in doc.get("groups", []) if isinstance(g, Mapping)])
+    except (KeyError, TypeError):
+        groups = []
+    return {"verdict": doc["verdict"], "diverged_ranks": list(doc.get("diverged_ranks") or []),
+            "collective": doc.get("collective"), "groups": groups, "path": str(path)}
 
 
 def _run_record(path: Path) -> Any:

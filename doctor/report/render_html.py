@@ -223,6 +223,10 @@ def _launch(doc: Mapping[str, Any]) -> str:
     if failing is not None and failing.get("last_lines"):
         out += para(f"Last lines of rank {failing['rank']}, the first to fail:")
         out += pre("\n".join(failing["last_lines"][-view.TAIL_LINES:]))
+    hang = ll.get("hang")
+    if hang:
+        out += para(f"Hang verdict (gpu-doctor launch --stall): {hang['verdict']}")
+        out += pre("\n".join(hang.get("groups", [])))
     return out
 
 

@@ -178,6 +178,10 @@ def _launch(doc: Mapping[str, Any]) -> list[str]:
     if failing is not None and failing.get("last_lines"):
         body += [f"Last lines of rank {failing['rank']}, the first to fail:", ""]
         body += fenced("\n".join(failing["last_lines"][-view.TAIL_LINES:]))
+    hang = ll.get("hang")
+    if hang:
+        body += [f"Hang verdict (gpu-doctor launch --stall): {hang['verdict']}", ""]
+        body += fenced("\n".join(hang.get("groups", [])))
     return body
 
 

@@ -120,6 +120,7 @@ class LaunchScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "close", "Back"),
         Binding("s", "stop", "Stop ranks"),
+        Binding("k", "sample_stacks", "Sample stacks"),
     ]
 
     def __init__(self, case: Case, options: Options, facts: dict[str, Any] | None = None) -> None:
@@ -135,6 +136,7 @@ class LaunchScreen(Screen[None]):
         self.selected_rank = 0
         self.gpu_history: dict[int, tuple[deque[float], deque[float]]] = {}
         self.gpu_monitor: Any = None
+        self.stall_text = ""      # the stall watch's last verdict (doctor.hang), with the grouped stacks
 
     @property
     def running(self) -> bool:
@@ -159,6 +161,7 @@ class LaunchScreen(Screen[None]):
         with Vertical(id="gpus"):
             yield Static("GPUs: N/A until the run starts", id="gpu-note")
         with VerticalScroll(id="launch-verdict-box"):
+            yield Static("", id="launch-stall")
             yield Static("", id="launch-verdict")
         yield Footer()
 
@@ -204,6 +207,7 @@ class LaunchScreen(Screen[None]):
                           instrument=str(self.query_one("#instrument", Select).value),
                           warmup=self.query_one("#warmup", Tickbox).value,
                           grace_s=float(self.options.extra.get("grace_s", 5.0)),
+                          stall_s=float(self.options.extra.get("stall_s", 300.0)),
                           rendezvous_timeout_s=float(self.options.extra.get("rendezvous_timeout_s", 300.0)))
 
     def start_run(self, spec: Any) -> None:
@@ -221,8 +225,11 @@ class LaunchScreen(Screen[None]):
         self.verdict = ""
         self.query_one("#launch-verdict", Static).update("starting…")
         self.launcher = Launcher(spec)
+        self.stall_text = ""
+        self.query_one("#launch-stall", Static).update("")
         for r in self.buffers:  # subscribe before start: no event may be missed
             self.follow_rank(self.launcher.subscribe_async(r), r)
+        self.follow_stalls(self.launcher.subscribe_async())
         self.gpu_monitor = GpuMonitor().start()
         self.started_wall = time.time()
         self.launcher.start()
@@ -237,6 +244,36 @@ class LaunchScreen(Screen[None]):
             if isinstance(ev, RankOutput):
                 self.buffers[rank].extend(ev.lines)
                 self.shown[rank] += len(ev.lines)
+
+    @work(group="stalls", exit_on_error=False, description="following the stall watch")
+    async def follow_stalls(self, events: AsyncIterator[Any]) -> None:
+        from doctor.launch.events import StallVerdict
+
+        async for ev in events:
+            if isinstance(ev, StallVerdict):
+                self.show_stall(ev)
+
+    def show_stall(self, ev: Any) -> None:
+        """'stalled 5m: rank 1 diverged (DataLoader)', the sentence, the grouped stacks, where it was saved."""
+        from doctor.hang.monitor import duration_text
+
+        head = "sampled now" if ev.requested else f"stalled {duration_text(ev.stalled_s)}"
+        lines = [f"{head}: {ev.short}", ev.verdict, *ev.groups]
+        if ev.path:
+            lines.append(f"saved {ev.path} (raw stacks beside it); k samples again")
+        self.stall_text = "\n".join(lines)
+        self.query_one("#launch-stall", Static).update(
+            Text(self.stall_text, style="bold yellow" if ev.diverged_ranks else "yellow"))
+
+    def action_sample_stacks(self) -> None:
+        """Sample every rank's stack now (py-spy, twice): the verdict shows above the outcome."""
+        if not self.running or self.launcher is None:
+            self.notify("No run is going.")
+            return
+        if self.launcher.sample_now():
+            self.notify("Sampling every rank's stack (a few seconds)…")
+        else:
+            self.notify("This run has no stall watch (--stall 0).", severity="warning")
 
     @work(thread=True, group="launch", exit_on_error=False, description="waiting for the ranks")
     def await_summary(self, launcher: Launcher, spec: Any) -> None:
@@ -282,7 +319,8 @@ class LaunchScreen(Screen[None]):
         if self.summary is None and not self.verdict and any(st.pid for st in statuses):
             self.verdict = "running"  # replaced by the outcome when the run ends
             self.query_one("#launch-verdict", Static).update(
-                Text(f"running: s (or ctrl+c) stops every rank; full logs in {self.launcher.run_dir}"))
+                Text(f"running: s (or ctrl+c) stops every rank, k samples their stacks; full logs in "
+                     f"{self.launcher.run_dir}"))
         alarms = self.launcher.canary.lines
         if self.summary is None and alarms:
             self.query_one("#launch-verdict", Static).update(Text(
