@@ -3,7 +3,9 @@
 `experiments` (an `Experiments`): every Score-P experiment folder under the job
 folder with its scorep.cfg and trace/profile definition summaries.
 `logscan` (a `LogScan`, a list): `{"signature", "file", "line", "text", "values"}`
-per match of a known failure message in the job's logs (`--log` overrides discovery).
+per match of a known failure message in the job's logs (`--log` overrides discovery), and
+`run`: what the `gpu-doctor launch` run that wrote the log was started with (`scorep`, `cuda`,
+`node`: on this host), or None for a log with no launch record (the job script's run).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from doctor.artifacts.discover import discover
 from doctor.artifacts.experiments import Experiments, summarize
 from doctor.artifacts.logscan import LogScan, discover_logs, scan_logs
+from doctor.artifacts.runrecord import RunRecord, record_for_log
 from doctor.facts import ProbeContext, ProbeTimeout, provider
 
 
@@ -41,6 +44,14 @@ def logscan(ctx: ProbeContext) -> LogScan:
     else:
         paths = []
     try:
-        return scan_logs(paths, deadline=time.monotonic() + ctx.limit())
+        scan = scan_logs(paths, deadline=time.monotonic() + ctx.limit())
     except TimeoutError as exc:
         raise ProbeTimeout(str(exc)) from None
+    records: dict[str, RunRecord | None] = {}
+    for match in scan:
+        folder = str(Path(match["file"]).parent)
+        if folder not in records:
+            records[folder] = record_for_log(match["file"])
+        record = records[folder]
+        match["run"] = record.preconditions(case.host) if record is not None else None
+    return scan

@@ -19,6 +19,7 @@ import os
 import queue
 import select
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -300,6 +301,7 @@ class Launcher:
         doc = {"spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.spec).items()
                         if k != "env"},
                "master": self.master,
+               "host": socket.gethostname(),
                "processes": [{"ranks": list(p.ranks), "argv": list(p.argv)} for p in self._procs],
                "nodes": {str(r): n for r, n in sorted(self._nodes.items())},
                "ranks": [{"rank": p.rank, "argv": list(p.argv), "env": dict(p.rank_env),

@@ -1,0 +1,82 @@
+"""The newcomer's first two hours, round 3 (issue 29): what a new user meets, read as they see it.
+
+Each test works on a copy of an example (never on the working tree's examples).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+BROKEN = EXAMPLES / "scorep-ddp-broken"
+
+
+def gate(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "doctor", "--check-only", *args, str(path)],
+                          capture_output=True, text=True, env=env, timeout=240)
+
+
+@pytest.fixture
+def broken(tmp_path: Path) -> Path:
+    dst = tmp_path / "scorep-ddp-broken"
+    shutil.copytree(BROKEN, dst)
+    return dst
+
+
+@pytest.mark.slow
+def test_a_run_without_score_p_gets_no_score_p_root_cause(broken: Path, fake_node: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The blocker's steps: the app, `l`, 2 ranks uninstrumented, Start, `esc`, `r`; then the gate on the same
+    folder. On a host with no NVIDIA driver the ranks stop with the FP16 ValueError: TRN002 leads, and
+    nothing says Score-P's CUDA adapter caused it (that run never loaded Score-P)."""
+    pytest.importorskip("textual")
+    from textual.widgets import Input, Select, Static
+    from tui_pilot import CEILING_S, checks_done, click, open_screen, plain, rerun_done, run_app, until
+
+    from doctor.case import Case
+    from doctor.tui.app import make_app
+    from doctor.tui.launch import LaunchScreen
+    from doctor.tui.options import Options
+
+    env = fake_node("no_driver")
+    env["CUDA_VISIBLE_DEVICES"] = ""  # torch in the ranks sees no GPU, as on the reporter's host
+    monkeypatch.setattr(os, "environ", env)  # the ranks inherit it
+    monkeypatch.chdir(broken)
+    app = make_app(Case(root=broken, env=env), Options(playbook="scorep-ddp", budget_s=CEILING_S,
+                                                       extra={"grace_s": 0.5}))
+
+    async def body(pilot: Any) -> None:
+        screen = await open_screen(pilot, app, "l", LaunchScreen)
+        assert screen.query_one("#instrument", Select).value == "none"
+        screen.query_one("#command", Input).value = "train.py --output_dir out --max_steps 50 --fp16"
+        screen.query_one("#nproc", Input).value = "2"
+        await click(pilot, screen.query_one("#start"))
+        await until(pilot, lambda: screen.summary is not None, "the run")
+        verdict = plain(screen.query_one("#launch-verdict", Static))
+        assert "TRN002" in verdict, verdict
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, LaunchScreen), "the overview")
+        await checks_done(pilot, app)
+        before = app.run_result
+        await pilot.press("r")
+        await rerun_done(pilot, app, before)
+        panel = plain(app.query_one("#diagnosis", Static))
+        assert "root cause TRN002 fail: no GPU on this host: fp16 needs CUDA" in panel, panel
+        assert "root cause SCR001" not in panel and "root cause LNC002" not in panel, panel
+
+    run_app(app, body, size=(160, 45))
+    res = gate(broken, env=env)
+    if "GPU001  skip    no NVIDIA driver" not in res.stderr:
+        pytest.skip("this host has an NVIDIA driver the fake node cannot hide")
+    verdict = res.stdout.strip()
+    assert "root causes: TRN002 (explains ART004)" in verdict, verdict
+    assert "first: TRN002 fail: no GPU on this host: fp16 needs CUDA" in verdict, verdict
+    assert "Score-P's CUDA adapter" not in verdict and "root causes: SCR001" not in verdict, verdict
