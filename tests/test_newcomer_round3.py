@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples_util import EXAMPLES
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples"
-BROKEN = EXAMPLES / "scorep-ddp-broken"
+BROKEN = EXAMPLES / "scorep-ddp-broken"  # the shipped files (examples_util), not the working tree's
 
 
 def gate(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -80,3 +80,33 @@ def test_a_run_without_score_p_gets_no_score_p_root_cause(broken: Path, fake_nod
     assert "root causes: TRN002 (explains ART004)" in verdict, verdict
     assert "first: TRN002 fail: no GPU on this host: fp16 needs CUDA" in verdict, verdict
     assert "Score-P's CUDA adapter" not in verdict and "root causes: SCR001" not in verdict, verdict
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_readme_test_command_passes_after_the_readme_app_steps(tmp_path: Path) -> None:
+    """The README's app steps leave `.gpu-doctor/` (a launch's run folder), `gpu-doctor-report.html` and the
+    launch's output in the example; the tests that read the example then still check the shipped job."""
+    repo = tmp_path / "clone"
+    repo.mkdir()
+    for name in ("tests", "examples"):
+        shutil.copytree(REPO / name, repo / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "build", ".gpu-doctor", "gpu-doctor-report*"))
+    for name in ("README.md", "pyproject.toml"):
+        shutil.copy2(REPO / name, repo / name)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clone"]):
+        subprocess.run([*git, *step], check=True, capture_output=True)
+    job = repo / "examples" / "scorep-ddp-broken"
+    # `l` (a real launch of the job's train.py), `e` (the report the app writes by default):
+    subprocess.run([sys.executable, "-m", "doctor", "launch", "--nproc", "2", "--no-warmup", "--", "train.py",
+                    "--output_dir", "out", "--max_steps", "2", "--fp16"], cwd=job, capture_output=True,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=240)
+    subprocess.run([sys.executable, "-m", "doctor", "report", str(job), "-o", str(job / "gpu-doctor-report.html")],
+                   capture_output=True, timeout=240)
+    assert list((job / ".gpu-doctor" / "runs").glob("*/rank_0.log")) and (job / "gpu-doctor-report.html").is_file()
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                          "tests/test_jobfolder_examples.py", "tests/test_remedy_cli.py", "tests/test_workflow.py"],
+                         cwd=repo, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert " passed" in res.stdout and "failed" not in res.stdout

@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("textual")
 
+from examples_util import EXAMPLES
 from textual.widgets import Checkbox, DataTable, Input, SelectionList, Static  # noqa: E402
 from tui_pilot import (  # noqa: E402
     CEILING_S,
@@ -42,7 +43,6 @@ from doctor.tui.launch import LaunchScreen  # noqa: E402
 from doctor.tui.report import ReportScreen  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples"
 LISTED = re.compile(r"^  (safe|unsafe|manual)\s+(\S+)\s+.*?(?:\((manual steps|needs --unsafe|nothing to do|"
                     r"cannot apply here)\))?$")
 

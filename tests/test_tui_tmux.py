@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from examples_util import EXAMPLES
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "scorep-ddp-broken"
+EXAMPLE = EXAMPLES / "scorep-ddp-broken"
 
 CEILING_S = 240.0  # a quiet machine needs a few seconds for the slowest step
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,

@@ -233,7 +233,7 @@ class LaunchScreen(Screen[None]):
     def await_summary(self, launcher: Launcher, spec: Any) -> None:
         summary = launcher.wait()
         assert summary is not None
-        verdict = f"exit {summary.exit_code}: {summary.reason}"
+        verdict = f"exit {summary.exit_code}: {summary.reason}\nlogs and the run's record: {summary.run_dir}"
         failed = [r.rank for r in summary.ranks if r.state == "failed"]  # died, not stopped by us
         if failed:
             from doctor.launch.failures import rank_failures
