@@ -110,3 +110,27 @@ def test_the_readme_test_command_passes_after_the_readme_app_steps(tmp_path: Pat
                          cwd=repo, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:]
     assert " passed" in res.stdout and "failed" not in res.stdout
+
+
+@pytest.mark.scorep
+def test_post_run_judges_a_launch_by_what_it_was_started_with(broken: Path) -> None:
+    """`gpu-doctor launch --instrument scorep` on a Score-P without CUDA drops --cuda itself; post-run on the
+    job folder then judges those rank folders by the launch's record, not by job.sbatch's
+    SCOREP_CUDA_ENABLE (no ART002 fail whose `fix --only scorep-add-cuda` has nothing to do), and counts
+    the ranks that launch ran."""
+    import scorep_real
+
+    from doctor.launch.scorep import cuda_support
+
+    env = scorep_real.scorep_env(scorep_real.require())
+    if cuda_support(str(scorep_real.require() / "bin" / "scorep-config"), env) is not False:
+        pytest.skip("this Score-P has CUDA support: the launch keeps --cuda")
+    (broken / "tiny.py").write_text('print("step 1", flush=True)\n')
+    run = scorep_real.gpu_doctor(["launch", "--instrument", "scorep", "--nproc", "2", "--no-warmup", "--",
+                                  "tiny.py"], env, broken)
+    assert run.returncode == 0 and "measuring without --cuda" in run.stderr, run.stderr
+    res = scorep_real.gpu_doctor(["--check-only", "--playbook", "post-run", str(broken)], env, broken)
+    assert res.stdout.startswith("gpu-doctor: OK on "), res.stdout + res.stderr
+    assert "ART002  skip    scorep_rank_0: CUDA recording was not asked for: gpu-doctor launch under " \
+           "python -m scorep --thread=pthread wrote it" in res.stderr, res.stderr
+    assert "ART003  pass    all 2 rank folders" in res.stderr, res.stderr

@@ -10,6 +10,7 @@ is the job script's run: the job model says how it ran.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ class RunRecord:
     hosts: tuple[str, ...]      # where its ranks ran; () for a record older than the host field
     python: str | None
     workdir: str | None
+    experiments: tuple[str, ...] = ()  # the ranks' Score-P experiment folders (absolute)
+    world_size: int | None = None
 
     @property
     def scorep(self) -> bool:
@@ -69,7 +72,29 @@ def read_record(path: Path) -> RunRecord | None:
         hosts = [doc["host"]]
     return RunRecord(str(path), str(spec.get("instrument") or "none"),
                      tuple(str(f) for f in flags) if isinstance(flags, list) else (),
-                     tuple(hosts), _text(spec.get("python")), _text(spec.get("workdir")))
+                     tuple(hosts), _text(spec.get("python")), _text(spec.get("workdir")), _experiments(doc),
+                     _world_size(spec))
+
+
+def _world_size(spec: dict[str, Any]) -> int | None:
+    nproc, nnodes = spec.get("nproc"), spec.get("nnodes") or 1
+    return nproc * nnodes if isinstance(nproc, int) and isinstance(nnodes, int) and nproc > 0 else None
+
+
+def _experiments(doc: dict[str, Any]) -> tuple[str, ...]:
+    out = []
+    for rank in doc.get("ranks") or ():
+        env = rank.get("env") if isinstance(rank, dict) else None
+        name = env.get("SCOREP_EXPERIMENT_DIRECTORY") if isinstance(env, dict) else None
+        if isinstance(name, str) and name and isinstance(rank.get("cwd"), str):
+            out.append(str(Path(rank["cwd"], name)))
+    return tuple(out)
+
+
+def launched_experiments(root: Path | None) -> dict[str, RunRecord]:
+    """Experiment folder -> the record of the newest `gpu-doctor launch` run that wrote it."""
+    record = latest_run(root)
+    return {os.path.realpath(path): record for path in record.experiments} if record is not None else {}
 
 
 def _text(value: Any) -> str | None:
