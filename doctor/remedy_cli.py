@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from doctor import registry
-from doctor.arguments import Parser, UsageError, add_case_args, case_from_args, job_folder, to_stderr
+from doctor.arguments import (
+    Parser,
+    UsageError,
+    add_case_args,
+    case_from_args,
+    gather_only,
+    job_folder,
+    to_stderr,
+)
 from doctor.model import Evidence, Finding, Status
 from doctor.remedy.model import Plan, RemedyError, RemedyPlan, display_path
 from doctor.wording import count
@@ -38,8 +46,8 @@ def fix_parser() -> Parser:
     p.add_argument("--diff", action="store_true", help="print the planned changes as unified diffs")
     p.add_argument("--apply", action="store_true", help="apply the safe remedies (and unsafe with --unsafe)")
     p.add_argument("--unsafe", action="store_true", help="include remedies that edit your code")
-    p.add_argument("--only", action="extend", nargs="+", default=[], metavar="ID",
-                   help="only these remedy IDs")
+    p.add_argument("--only", action="append", default=[], metavar="ID",
+                   help="only these remedy IDs (--only A B, or A,B)")
     p.add_argument("--findings", action="append", default=[], metavar="FILE",
                    help="also use the findings of a gpu-doctor JSON verdict (e.g. a node's GPU003)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
@@ -47,9 +55,9 @@ def fix_parser() -> Parser:
 
 
 def fix_main(argv: list[str]) -> int:
-    args = fix_parser().parse_args(argv)
-    case = case_from_args(args)
     registry.load()
+    args = fix_parser().parse_args(gather_only(argv, lambda word: word in registry.REMEDIES))
+    case = case_from_args(args)
     unknown = [r for r in args.only if r not in registry.REMEDIES]
     if unknown:
         raise UsageError(f"unknown remedy ID {unknown[0]!r} (known: {', '.join(sorted(registry.REMEDIES))})")

@@ -134,3 +134,21 @@ def test_post_run_judges_a_launch_by_what_it_was_started_with(broken: Path) -> N
     assert "ART002  skip    scorep_rank_0: CUDA recording was not asked for: gpu-doctor launch under " \
            "python -m scorep --thread=pthread wrote it" in res.stderr, res.stderr
     assert "ART003  pass    all 2 rank folders" in res.stderr, res.stderr
+
+
+def doctor(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "doctor", *args], capture_output=True, text=True, timeout=240,
+                          cwd=cwd)
+
+
+def test_only_takes_several_ids_spaced_or_comma_separated_before_the_path(broken: Path) -> None:
+    for only in (["SCP003", "SCR002"], ["SCP003,SCR002"]):
+        res = doctor("--check-only", "--only", *only, str(broken))
+        assert res.returncode == 1, res.stderr
+        line = res.stdout.strip()
+        assert line.startswith("gpu-doctor: FAIL on ") and "SCP003 fail: SCOREP_TOTAL_MEMORY=4G" in line, line
+        assert "SCR002 fail: train.py never calls destroy_process_group()" in line and "SCP005" not in line, line
+    res = doctor("fix", "--only", "scorep-total-memory", str(broken), "--diff")
+    assert res.returncode == 0, res.stderr
+    assert "# scorep-total-memory (safe): Set SCOREP_TOTAL_MEMORY to 3500M" in res.stdout
+    assert "+export SCOREP_TOTAL_MEMORY=3500M" in res.stdout and "destroy" not in res.stdout
