@@ -152,3 +152,14 @@ def test_only_takes_several_ids_spaced_or_comma_separated_before_the_path(broken
     assert res.returncode == 0, res.stderr
     assert "# scorep-total-memory (safe): Set SCOREP_TOTAL_MEMORY to 3500M" in res.stdout
     assert "+export SCOREP_TOTAL_MEMORY=3500M" in res.stdout and "destroy" not in res.stdout
+
+
+def test_explain_takes_the_remedy_ids_next_lines_print() -> None:
+    res = doctor("explain", "scorep-add-cuda")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "scorep-add-cuda (remedy, safe): Add --cuda to python -m scorep so the CUDA adapter is loaded"
+    assert "  `python -m scorep --cuda --thread=pthread train.py`" in lines
+    assert "Proposed by: SCP002, ART002 (gpu-doctor explain SCP002)" in lines
+    assert "Preview: gpu-doctor fix PATH --only scorep-add-cuda --diff" in lines
+    assert doctor("explain", "no-such-thing").stderr.startswith("gpu-doctor: error: unknown check ID")
