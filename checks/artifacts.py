@@ -21,7 +21,7 @@ from doctor.artifacts.signatures import SIGNATURE_CHECKS, signature_outcome
 from doctor.facts import Facts, ProbeFailure
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
 from doctor.registry import check
-from doctor.wording import count
+from doctor.wording import count, noun_for
 
 ARTIFACTS = Layer.ARTIFACTS
 
@@ -288,7 +288,8 @@ def ranks_complete(facts: Facts) -> Outcome | list[Outcome]:
         return outcomes
     ranks = exps.rank_folders
     if ranks:
-        return passed(f"all {count(len(ranks), 'rank folder')} hold a readable trace or profile")
+        return passed(f"{'all ' if len(ranks) > 1 else ''}{count(len(ranks), 'rank folder')} "
+                      f"{noun_for(len(ranks), 'holds', 'hold')} a readable trace or profile")
     return passed(f"{count(len(exps.folders), 'experiment folder')}, each with a readable trace or profile")
 
 

@@ -163,3 +163,12 @@ def test_explain_takes_the_remedy_ids_next_lines_print() -> None:
     assert "Proposed by: SCP002, ART002 (gpu-doctor explain SCP002)" in lines
     assert "Preview: gpu-doctor fix PATH --only scorep-add-cuda --diff" in lines
     assert doctor("explain", "no-such-thing").stderr.startswith("gpu-doctor: error: unknown check ID")
+
+
+def test_one_expected_gpu_is_said_in_the_singular(fake_node: Any) -> None:
+    env = fake_node("no_driver")
+    res = subprocess.run([sys.executable, "-m", "doctor", "--check-only", "--expect-gpus", "1"], env=env,
+                         capture_output=True, text=True, timeout=240)
+    if "no NVIDIA driver" not in res.stdout:
+        pytest.skip("this host has an NVIDIA driver the fake node cannot hide")
+    assert ", but 1 GPU is expected (--expect-gpus 1)" in res.stdout.strip(), res.stdout
