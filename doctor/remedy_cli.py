@@ -31,6 +31,7 @@ from doctor.arguments import (
     job_folder,
     to_stderr,
 )
+from doctor.diagnosis import JOB_LAYERS
 from doctor.model import Evidence, Finding, Status
 from doctor.remedy.model import Plan, RemedyError, RemedyPlan, display_path
 from doctor.wording import count
@@ -68,7 +69,6 @@ def fix_main(argv: list[str]) -> int:
     say(f"gpu-doctor fix: checking {case.root} ...")
     run, plan = check_and_plan(case, extra=imported, only=args.only, unsafe=args.unsafe,
                                budget_s=args.timeout)
-    findings = run.findings + imported
     if args.apply:
         return apply_and_verify(plan, case, argv, say)
     if args.diff:
@@ -77,13 +77,17 @@ def fix_main(argv: list[str]) -> int:
             if rp.status != "ready":
                 say(f"  {rp.remedy_id}: {MARK.get(rp.status, rp.status)}{': ' + rp.note if rp.note else ''}")
         return 0
-    print(listing(plan, len([f for f in findings if f.status not in (Status.PASS, Status.SKIP)])))
+    # the node checks are not probed by fix (their `unknown` is not a finding of this folder)
+    open_findings = [f for f in run.findings if f.layer in JOB_LAYERS] + imported
+    print(listing(plan, len([f for f in open_findings if f.status not in (Status.PASS, Status.SKIP)])))
     return 0
 
 
 def listing(plan: Plan, n_findings: int) -> str:
     rps = list(plan.remedies) + list(plan.skipped)
     if not rps:
+        if not n_findings:
+            return f"gpu-doctor fix: nothing to fix in {plan.root} (no open finding)"
         return (f"gpu-doctor fix: nothing to fix in {plan.root} ({count(n_findings, 'open finding')}, "
                 "none with a remedy)")
     lines = [f"gpu-doctor fix: {count(len(rps), 'remedy')} for {count(n_findings, 'finding')} in {plan.root}"]

@@ -172,3 +172,9 @@ def test_one_expected_gpu_is_said_in_the_singular(fake_node: Any) -> None:
     if "no NVIDIA driver" not in res.stdout:
         pytest.skip("this host has an NVIDIA driver the fake node cannot hide")
     assert ", but 1 GPU is expected (--expect-gpus 1)" in res.stdout.strip(), res.stdout
+
+
+def test_fix_on_an_empty_folder_has_no_open_finding(tmp_path: Path) -> None:
+    res = doctor("fix", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"gpu-doctor fix: nothing to fix in {tmp_path} (no open finding)"
