@@ -42,7 +42,8 @@ def build_parser() -> Parser:
     p.add_argument("--check-only", action="store_true",
                    help="headless gate: no TUI; one verdict line (or --json); exit 0/1/2")
     p.add_argument("--playbook", metavar="NAME",
-                   help="prologue (default for --check-only), scorep-ddp, post-run, p2p, or a .toml file")
+                   help="prologue, scorep-ddp, node, post-run, p2p, or a .toml file (default: prologue for "
+                        "--check-only without PATH, scorep-ddp with a PATH and in the app)")
     p.add_argument("--json", action="store_true", help="print the JSON verdict on stdout")
     p.add_argument("--json-file", metavar="FILE", help="also write the JSON verdict to FILE")
     p.add_argument("--fail-on", choices=("error", "warning"), default="error",

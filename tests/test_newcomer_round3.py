@@ -178,3 +178,9 @@ def test_fix_on_an_empty_folder_has_no_open_finding(tmp_path: Path) -> None:
     res = doctor("fix", str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == f"gpu-doctor fix: nothing to fix in {tmp_path} (no open finding)"
+
+
+def test_help_says_the_playbook_default_with_and_without_a_path() -> None:
+    text = " ".join(doctor("--help").stdout.split())
+    assert "(default: prologue for --check-only without PATH, scorep-ddp with a PATH and in the app)" in text
+    assert "prologue (default for --check-only)" not in text
