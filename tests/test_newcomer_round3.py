@@ -184,3 +184,15 @@ def test_help_says_the_playbook_default_with_and_without_a_path() -> None:
     text = " ".join(doctor("--help").stdout.split())
     assert "(default: prologue for --check-only without PATH, scorep-ddp with a PATH and in the app)" in text
     assert "prologue (default for --check-only)" not in text
+
+
+def test_a_pass_carries_no_advice(broken: Path) -> None:
+    """SCP010 on the broken example passes (no run shows the instrumenter's cost yet): the line the
+    user reads states that, without a 'do this' a pass must not carry."""
+    res = gate(broken, "--json")
+    import json
+
+    [scp010] = [c for c in json.loads(res.stdout)["checks"] if c["id"] == "SCP010"]
+    assert scp010["status"] == "pass"
+    assert scp010["message"].endswith("no profile or log of a run here shows its cost yet"), scp010["message"]
+    assert "cheaper" not in scp010["message"] and "filter file" not in scp010["message"]
