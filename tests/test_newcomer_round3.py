@@ -196,3 +196,16 @@ def test_a_pass_carries_no_advice(broken: Path) -> None:
     assert scp010["status"] == "pass"
     assert scp010["message"].endswith("no profile or log of a run here shows its cost yet"), scp010["message"]
     assert "cheaper" not in scp010["message"] and "filter file" not in scp010["message"]
+
+
+def test_a_launch_from_the_folder_above_writes_its_record_where_post_run_on_the_job_looks(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text('import sys\nprint("ValueError: FP16 Mixed precision training with AMP or APEX '
+                                  '(`--fp16`) can only be used on CUDA devices.", flush=True)\nsys.exit(1)\n')
+    run = doctor("launch", "--nproc", "1", "--no-warmup", "--plain", "--", "job/train.py", cwd=tmp_path)
+    assert run.returncode == 1, run.stderr
+    assert not (tmp_path / ".gpu-doctor").exists()
+    assert f"log {job}/.gpu-doctor/runs/" in run.stderr, run.stderr
+    res = doctor("--check-only", "--playbook", "post-run", str(job))
+    assert "ART004 fail: the FP16 ValueError" in res.stdout, res.stdout + res.stderr

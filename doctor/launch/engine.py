@@ -49,7 +49,7 @@ from doctor.launch.events import (
 )
 from doctor.launch.output import LineSplitter
 from doctor.launch.progress import Progress, merge_progress, parse_progress
-from doctor.launch.spec import LaunchSpec, RankPlan, default_run_dir, free_port, plan_ranks
+from doctor.launch.spec import LaunchSpec, RankPlan, default_run_dir, free_port, job_folder, plan_ranks
 from doctor.launch.warmup import WarmupResult, run_warmup
 from doctor.wording import count
 
@@ -90,7 +90,7 @@ class Launcher:
 
     def __init__(self, spec: LaunchSpec, on_event: Callable[[Event], None] | None = None):
         self.spec = spec
-        self.run_dir = Path(spec.run_dir) if spec.run_dir else default_run_dir(spec.workdir)
+        self.run_dir = Path(spec.run_dir) if spec.run_dir else default_run_dir(job_folder(spec))
         self.master_port = spec.master_port or 0
         self.plans: list[RankPlan] = []
         self.summary: RunSummary | None = None

@@ -46,7 +46,7 @@ class LaunchSpec:
     grace_s: float = 5.0                          # after a rank fails, before the others are stopped
     kill_after_s: float = 5.0                     # after SIGTERM, before SIGKILL
     rendezvous_timeout_s: float | None = 300.0
-    run_dir: Path | None = None                   # default <workdir>/.gpu-doctor/runs/<timestamp>
+    run_dir: Path | None = None                   # default <script's folder>/.gpu-doctor/runs/<timestamp>
     nnodes: int = 1
     slurm_hosts: tuple[str, ...] = ()             # set: launch through srun over these hosts
     socket_ifname: str = "auto"                   # across nodes: auto (route to MASTER_ADDR), off, or a name
@@ -154,6 +154,13 @@ def memory_warning(spec: LaunchSpec, base: Mapping[str, str]) -> str | None:
         return None
     return (f"{verdict.reason} (SCP009); unset it to let gpu-doctor set {PROPOSED} per rank, or set "
             f"SCOREP_TOTAL_MEMORY={PROPOSED}")
+
+
+def job_folder(spec: LaunchSpec) -> Path:
+    """The folder of the training script: where `gpu-doctor --check-only` and post-run look for the
+    run's record, also when the launch was started from a folder above it (`-- job/train.py`)."""
+    script = Path(spec.workdir) / spec.script
+    return script.parent.resolve() if script.is_file() else Path(spec.workdir)
 
 
 def default_run_dir(workdir: Path, now: dt.datetime | None = None) -> Path:
