@@ -209,3 +209,64 @@ def test_a_launch_from_the_folder_above_writes_its_record_where_post_run_on_the_
     assert f"log {job}/.gpu-doctor/runs/" in run.stderr, run.stderr
     res = doctor("--check-only", "--playbook", "post-run", str(job))
     assert "ART004 fail: the FP16 ValueError" in res.stdout, res.stdout + res.stderr
+
+
+PROBE = """<script>
+const out = {};
+const next = [...document.querySelectorAll('#diagnosis tbody tr')].map(tr => tr.lastElementChild);
+out.next_width = Math.min(...next.map(td => td.getBoundingClientRect().width));
+out.next_lines = Math.max(...next.map(td => Math.round(td.getBoundingClientRect().height /
+                                                        parseFloat(getComputedStyle(td).lineHeight))));
+const cfg = document.querySelector('#scorep details');
+out.config_open = cfg ? cfg.open : null;
+out.config_visible = cfg ? cfg.querySelector('pre').checkVisibility() : null;
+out.config_summary = cfg ? cfg.querySelector('summary').textContent : null;
+const row = name => [...document.querySelectorAll('#versions tr')].find(tr => tr.cells[0] &&
+  tr.cells[0].textContent === name);
+out.torch = row('torch') ? [...row('torch').cells].map(c => c.textContent) : null;
+out.launch = [...document.querySelectorAll('#launch tbody tr')].map(tr => [...tr.cells].map(c => c.textContent));
+document.title = 'PROBE' + JSON.stringify(out);
+</script>"""
+
+
+@pytest.mark.scorep
+@pytest.mark.slow
+def test_the_report_of_a_launched_job_as_chromium_shows_it(broken: Path, tmp_path: Path) -> None:
+    """The torch row uses the interpreter the last launch used (not the job script's `python` on PATH, here one
+    without torch), Last launch has Host, Duration and Experiment, the Score-P config summary is collapsed,
+    and the diagnosis' Next column is not one character wide."""
+    import json
+    import re
+    import socket
+
+    import scorep_real
+    from diagnosis_util import bare_python
+    from test_report_html import load_script
+
+    shot = load_script()
+    chromium = shot.find_chromium()
+    if chromium is None:
+        pytest.skip("no chromium on PATH")
+    env = scorep_real.scorep_env(scorep_real.require())
+    (broken / "tiny.py").write_text('print("step 1", flush=True)\n')
+    run = scorep_real.gpu_doctor(["launch", "--instrument", "scorep", "--nproc", "1", "--no-warmup", "--",
+                                  "tiny.py"], env, broken)
+    assert run.returncode == 0, run.stderr
+    bare = Path(bare_python(tmp_path))  # the job script's `python`, first on PATH: no torch in it
+    (bare.parent / "python").exists() or (bare.parent / "python").symlink_to(bare)
+    env["PATH"] = f"{bare.parent}:{env['PATH']}"
+    page = tmp_path / "report.html"
+    res = scorep_real.gpu_doctor(["report", str(broken), "-o", str(page)], env, broken)
+    assert page.is_file(), res.stderr
+    page.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    title = shot.page_title(shot.dump_dom(chromium, page)) or ""
+    assert title.startswith("PROBE"), title
+    seen = json.loads(title[len("PROBE"):])
+    assert seen["torch"] and re.fullmatch(r"\d+\.\d+\.\d+\S*", seen["torch"][1]), seen["torch"]
+    assert sys.executable.rsplit("/", 1)[0] in seen["torch"][2], seen["torch"]
+    [rank0] = seen["launch"]
+    assert rank0[1] == socket.gethostname() and re.fullmatch(r"\d+\.\d", rank0[4]), rank0
+    assert rank0[5] == f"{broken}/scorep_rank_0", rank0
+    assert seen["config_open"] is False and seen["config_visible"] is False, seen
+    assert re.fullmatch(r"scorep-info config-summary \(\d+ lines\)", seen["config_summary"]), seen
+    assert seen["next_width"] > 150 and seen["next_lines"] <= 6, seen
