@@ -270,3 +270,35 @@ def test_the_report_of_a_launched_job_as_chromium_shows_it(broken: Path, tmp_pat
     assert seen["config_open"] is False and seen["config_visible"] is False, seen
     assert re.fullmatch(r"scorep-info config-summary \(\d+ lines\)", seen["config_summary"]), seen
     assert seen["next_width"] > 150 and seen["next_lines"] <= 6, seen
+
+
+def pilot_app(root: Path, **options: Any) -> Any:
+    pytest.importorskip("textual")
+    from tui_pilot import CEILING_S
+
+    from doctor.case import Case
+    from doctor.tui.app import make_app
+    from doctor.tui.options import Options
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCOREP_", "SLURM_"))}
+    return make_app(Case(root=root, env=env), Options(playbook=options.pop("playbook", "scorep-ddp"),
+                                                      budget_s=CEILING_S, extra=options))
+
+
+def test_the_root_cause_line_uses_the_width_of_the_terminal(tmp_path: Path) -> None:
+    from diagnosis_util import seed_chain
+    from textual.widgets import Static
+    from tui_pilot import plain, run_app, until
+
+    app = pilot_app(seed_chain(tmp_path / "dnabert2"))
+
+    async def body(pilot: Any) -> None:
+        await until(pilot, lambda: app.diagnosis is not None, "the diagnosis")
+        panel = app.query_one("#diagnosis", Static)
+        await until(pilot, lambda: panel.size.width > 150, "the panel laid out")
+        lines = [ln for ln in plain(panel, width=panel.size.width - 2).splitlines() if "root cause" in ln]
+        first = app.diagnosis.root_causes[0].problem
+        assert lines and len(lines[0].rstrip()) > 150, lines
+        assert first.message[:120] in lines[0], lines
+
+    run_app(app, body, size=(200, 45))

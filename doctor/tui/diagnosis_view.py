@@ -23,7 +23,9 @@ def diagnosis_renderable(diagnosis: Diagnosis | None) -> RenderableType:
         return Text("")
     lines: list[RenderableType] = []
     for root in diagnosis.root_causes:
-        line = Text.assemble(("root cause ", "bold"), problem_text(root.problem), ": ", root.problem.message[:90])
+        # As wide as the terminal, each line cut with an ellipsis only where the screen ends.
+        line = Text.assemble(("root cause ", "bold"), problem_text(root.problem), ": ", root.problem.message,
+                             no_wrap=True, overflow="ellipsis")
         line.append("\n    explains: ", style="dim")
         line.append_text(Text(", ").join(problem_text(s.problem) for s in root.symptoms))
         lines.append(line)
