@@ -302,3 +302,35 @@ def test_the_root_cause_line_uses_the_width_of_the_terminal(tmp_path: Path) -> N
         assert first.message[:120] in lines[0], lines
 
     run_app(app, body, size=(200, 45))
+
+
+def test_the_fix_screen_counts_what_is_selected_and_its_confirmation_lists_all(broken: Path) -> None:
+    from textual.widgets import SelectionList, Static
+    from tui_pilot import open_screen, plain, run_app, screen_up, until
+
+    from doctor.tui.fix import ConfirmScreen, FixScreen
+
+    app = pilot_app(broken)
+
+    async def body(pilot: Any) -> None:
+        screen = await open_screen(pilot, app, "f", FixScreen)
+        await until(pilot, lambda: screen.plan is not None, "the plan")
+        sel = screen.query_one("#fix-list", SelectionList)
+        offered = sel.option_count
+        summary = screen.query_one("#fix-summary", Static)
+        assert plain(summary).startswith(f"{len(sel.selected)} of {offered} remedies selected to apply")
+        sel.deselect_all()
+        await until(pilot, lambda: plain(summary).startswith(f"0 of {offered} remedies selected"), "0 selected")
+        sel.select_all()
+        await until(pilot, lambda: plain(summary).startswith(f"{offered} of {offered} remedies selected"), "all")
+        await pilot.press("a")
+        confirm = await screen_up(pilot, app, ConfirmScreen)
+        question = confirm.query_one("#confirm-question", Static)
+        await until(pilot, lambda: question.size.height > 0, "the question laid out")
+        text = plain(question)
+        assert all(f"  {rid}\n" in text for rid in sel.selected), text
+        assert question.size.height >= len(sel.selected) + 2, question.size  # every line on screen, none cut
+        assert f"{broken}/.gpu-doctor/" in plain(question), plain(question)
+        await pilot.press("n")
+
+    run_app(app, body, size=(140, 50))
