@@ -334,3 +334,23 @@ def test_the_fix_screen_counts_what_is_selected_and_its_confirmation_lists_all(b
         await pilot.press("n")
 
     run_app(app, body, size=(140, 50))
+
+
+def test_the_palettes_timeline_on_a_folder_with_no_run_says_so(tmp_path: Path) -> None:
+    from textual.widgets import Static
+    from tui_pilot import checks_done, palette, plain, run_app, screen_up, until
+
+    from doctor.tui.timeline import TimelineScreen
+
+    app = pilot_app(tmp_path)
+
+    async def body(pilot: Any) -> None:
+        await checks_done(pilot, app)
+        await palette(pilot, app, "Timeline")
+        screen = await screen_up(pilot, app, TimelineScreen)
+        await until(pilot, lambda: screen.text is not None, "the timeline")
+        shown = " ".join(plain(screen.query_one("#timeline-text", Static)).split())
+        assert shown.startswith(f"No Score-P measurement in {tmp_path} yet: nothing has run here"), shown
+        assert "died" not in shown and "flushed" not in shown
+
+    run_app(app, body)
