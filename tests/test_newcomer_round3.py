@@ -354,3 +354,27 @@ def test_the_palettes_timeline_on_a_folder_with_no_run_says_so(tmp_path: Path) -
         assert "died" not in shown and "flushed" not in shown
 
     run_app(app, body)
+
+
+def test_an_empty_palette_shows_gpu_doctors_commands(tmp_path: Path) -> None:
+    from textual.command import CommandList, CommandPalette
+    from tui_pilot import checks_done, plain, run_app, screen_up, until
+
+    app = pilot_app(tmp_path)
+
+    async def body(pilot: Any) -> None:
+        await checks_done(pilot, app)
+        await pilot.press("ctrl+p")
+        shown = await screen_up(pilot, app, CommandPalette)
+        hits = shown.query_one(CommandList)
+
+        def prompts() -> list[str]:
+            return [plain(hits.get_option_at_index(i).prompt).strip().splitlines()[0] for i in range(hits.option_count)]
+
+        await until(pilot, lambda: "Fix: preview and apply remedies" in prompts(), "gpu-doctor's commands")
+        for name in ("Re-run checks", "Launch the per-rank run", "Timeline: where the time went",
+                     "Export a report", "Undo applied remedies"):
+            assert name in prompts(), prompts()
+        await pilot.press("escape")
+
+    run_app(app, body)

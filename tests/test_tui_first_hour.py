@@ -323,7 +323,7 @@ def test_the_palette_finds_checks_by_id_and_the_timeline(job: Path) -> None:
 
     run_app(app, body)
     assert opened[0] == "SCP002"
-    assert opened[1].startswith("(no time breakdown:")  # no traces in this folder: said, not a traceback
+    assert opened[1].startswith("No Score-P measurement in")  # no traces in this folder: said, not a traceback
 
 
 def test_the_launch_form_fields_are_labelled(job: Path) -> None:
