@@ -378,3 +378,42 @@ def test_an_empty_palette_shows_gpu_doctors_commands(tmp_path: Path) -> None:
         await pilot.press("escape")
 
     run_app(app, body)
+
+
+FAILING = """\
+import sys
+for i in range(80):
+    print(f"step {i}", flush=True)
+print("Traceback (most recent call last):", flush=True)
+print('  File "train.py", line 9, in <module>', flush=True)
+print("ValueError: " + "the message of the exception goes on and on " * 5 + "END-OF-MESSAGE", flush=True)
+sys.exit(1)
+"""
+
+
+def test_the_failed_launchs_log_pane_shows_the_exceptions_last_line(tmp_path: Path) -> None:
+    from textual.widgets import Input, Log
+    from tui_pilot import click, open_screen, run_app, until
+
+    from doctor.tui.launch import LaunchScreen
+
+    (tmp_path / "train.py").write_text(FAILING)
+    app = pilot_app(tmp_path, playbook="post-run", warmup=False, grace_s=0.5)
+
+    async def body(pilot: Any) -> None:
+        screen = await open_screen(pilot, app, "l", LaunchScreen)
+        screen.query_one("#command", Input).value = "train.py"
+        screen.query_one("#nproc", Input).value = "1"
+        await click(pilot, screen.query_one("#start"))
+        await until(pilot, lambda: screen.summary is not None, "the run")
+        log = screen.query_one("#rank-log", Log)
+        await until(pilot, lambda: any("END-OF-MESSAGE" in ln for ln in log.lines), "the last line in the pane")
+        await until(pilot, lambda: log.scroll_offset.y >= log.max_scroll_y, "the pane at its end")
+        width = log.scrollable_content_region.width
+        assert all(len(ln) <= width for ln in log.lines), width  # nothing runs past the pane's edge
+        tail = "".join(ln.removeprefix("  ") for ln in log.lines[-4:])
+        assert "the message of the exception goes on and on END-OF-MESSAGE" in tail, log.lines[-4:]
+        # the last line is inside the visible rows
+        assert log.max_scroll_y - log.scroll_offset.y == 0 and log.lines[-1].endswith("END-OF-MESSAGE")
+
+    run_app(app, body, size=(120, 40))

@@ -55,6 +55,18 @@ STATE_STYLE = {"pending": "dim", "starting": "cyan", "running": "bold cyan", "do
                "failed": "bold red", "killed": "magenta"}
 
 
+def fold(lines: list[str], width: int) -> list[str]:
+    """Lines longer than the log pane, folded onto continuation lines: the pane does not wrap, and
+    the end of a long line (an exception's message) would be out of sight."""
+    if width < 20:
+        return lines
+    out: list[str] = []
+    for line in lines:
+        out.append(line[:width])
+        out += ["  " + line[i:i + width - 2] for i in range(width, len(line), width - 2)]
+    return out
+
+
 def labelled(widget: W, label: str) -> W:
     """A form field with its name in its top border (the form stays one row high)."""
     widget.border_title = label
@@ -260,6 +272,9 @@ class LaunchScreen(Screen[None]):
         self.refresh_view()
         style = "bold green" if summary.exit_code == 0 else "bold red"
         self.query_one("#launch-verdict", Static).update(Text(verdict, style=style))
+        # The verdict takes room from the log pane: keep its end (the exception's last line) in view.
+        log = self.query_one("#rank-log", Log)
+        self.call_after_refresh(log.scroll_end, animate=False)
 
     # -- live view ---------------------------------------------------------------
     def refresh_view(self) -> None:
@@ -306,7 +321,8 @@ class LaunchScreen(Screen[None]):
             status = self.launcher.statuses()[rank] if self.launcher else None
             where = f" (full log: {status.log_path})" if status and status.log_path else ""
             lines.insert(0, f"… {count(new - take, 'line')} skipped{where}")
-        self.query_one("#rank-log", Log).write_lines(lines)
+        log = self.query_one("#rank-log", Log)
+        log.write_lines(fold(lines, log.scrollable_content_region.width))
 
     def update_gpus(self) -> None:
         if self.gpu_monitor is None:
@@ -343,7 +359,7 @@ class LaunchScreen(Screen[None]):
         log = self.query_one("#rank-log", Log)
         log.clear()
         buf = self.buffers.get(rank, deque())
-        log.write_lines(list(buf)[-LOG_MAX_LINES:])
+        log.write_lines(fold(list(buf)[-LOG_MAX_LINES:], log.scrollable_content_region.width))
         self.shown[rank] = 0
 
     # -- stopping ----------------------------------------------------------------
