@@ -417,3 +417,47 @@ def test_the_failed_launchs_log_pane_shows_the_exceptions_last_line(tmp_path: Pa
         assert log.max_scroll_y - log.scroll_offset.y == 0 and log.lines[-1].endswith("END-OF-MESSAGE")
 
     run_app(app, body, size=(120, 40))
+
+
+CKPT_JOB = """\
+#!/bin/bash
+#SBATCH --nodes=1
+#SBATCH --gres=gpu:2
+CKPT="$SCRATCH/ckpt/$SLURM_JOB_ID"
+torchrun --standalone --nproc_per_node=2 train.py --steps 5 --checkpoint-dir "$CKPT"
+"""
+
+
+def test_the_launch_form_flags_an_unresolved_variable_and_edits_the_score_p_flags(tmp_path: Path) -> None:
+    from textual.widgets import Input, Select, Static
+    from tui_pilot import click, open_screen, plain, run_app, until
+
+    from doctor.tui.launch import LaunchScreen
+
+    (tmp_path / "job.sbatch").write_text(CKPT_JOB)
+    (tmp_path / "train.py").write_text("import sys\nprint(sys.argv, flush=True)\n")
+    app = pilot_app(tmp_path, warmup=False)
+    seen: dict[str, Any] = {}
+
+    async def body(pilot: Any) -> None:
+        screen = await open_screen(pilot, app, "l", LaunchScreen)
+        command = screen.query_one("#command", Input)
+        assert "$CKPT" in command.value, command.value
+        verdict = screen.query_one("#launch-verdict", Static)
+        await until(pilot, lambda: "$CKPT" in plain(verdict), "the warning")
+        assert "$CKPT: the job script sets it only when the job runs" in " ".join(plain(verdict).split())
+        await click(pilot, screen.query_one("#start"))
+        await until(pilot, lambda: any("$CKPT in the command is known only when the job runs" in str(n.message)
+                                       for n in app._notifications), "the refusal")
+        assert screen.launcher is None  # nothing started
+        flags = screen.query_one("#scorep-flags", Input)
+        assert flags.value == "--cuda --thread=pthread" and flags.border_title == "Score-P flags"
+        flags.value = "--thread=pthread --nopython"
+        screen.query_one("#instrument", Select).value = "scorep"
+        command.value = command.value.replace('$CKPT', str(tmp_path / "ckpt"))
+        seen["spec"] = screen.build_spec()
+
+    run_app(app, body, size=(160, 45))
+    assert seen["spec"].scorep_flags == ("--thread=pthread", "--nopython")
+    assert str(tmp_path / "ckpt") in seen["spec"].args
+    assert not any("$" in p.name for p in tmp_path.iterdir())  # no folder named `$CKPT`

@@ -8,6 +8,7 @@ rank's new lines into the log pane in batches. The full logs are on disk.
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import time
 from collections import deque
@@ -36,6 +37,7 @@ from textual.widgets import (
 )
 
 from doctor.case import Case
+from doctor.launch.spec import DEFAULT_SCOREP_FLAGS
 from doctor.tui.tickbox import Tickbox
 from doctor.wording import count
 
@@ -53,6 +55,14 @@ LAST_LINE_WIDTH = 80  # characters of a rank's last line in the table (the log p
 GPU_HISTORY = 60
 STATE_STYLE = {"pending": "dim", "starting": "cyan", "running": "bold cyan", "done": "green",
                "failed": "bold red", "killed": "magenta"}
+
+
+UNRESOLVED = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+
+
+def unresolved(words: list[str]) -> list[str]:
+    """The shell variables left in a command read from a job script (`$CKPT`): each once, in order."""
+    return list(dict.fromkeys(m.group(0) for w in words for m in UNRESOLVED.finditer(w)))
 
 
 def fold(lines: list[str], width: int) -> list[str]:
@@ -156,9 +166,11 @@ class LaunchScreen(Screen[None]):
             yield labelled(Input(command, id="command", placeholder="train.py --args"),
                            "training script and its arguments")
             yield labelled(Input(str(nproc), id="nproc", type="integer", max_length=3), "ranks")
-            yield labelled(Select([("uninstrumented", "none"), ("Score-P --cuda", "scorep")],
+            yield labelled(Select([("uninstrumented", "none"), ("Score-P", "scorep")],
                                   value=str(self.options.extra.get("instrument", "none")), id="instrument",
                                   allow_blank=False), "measurement")
+            yield labelled(Input(str(self.options.extra.get("scorep_flags", " ".join(DEFAULT_SCOREP_FLAGS))),
+                                 id="scorep-flags", placeholder="--cuda --thread=pthread"), "Score-P flags")
             yield Tickbox("CUDA warm-up", value=bool(self.options.extra.get("warmup", True)), id="warmup")
             yield Button("Start", variant="primary", id="start")
         yield DataTable(id="ranks", cursor_type="row")
@@ -176,6 +188,11 @@ class LaunchScreen(Screen[None]):
                                   ("last", "last line", LAST_LINE_WIDTH)):
             table.add_column(label, key=key, width=width)
         self.set_interval(REFRESH_S, self.refresh_view)
+        unset = unresolved(shlex.split(self.query_one("#command", Input).value))
+        if unset:
+            self.query_one("#launch-verdict", Static).update(Text(
+                f"{', '.join(unset)}: the job script sets it only when the job runs. Replace it in the command "
+                "with its value before Start.", style="bold yellow"))
 
     # -- starting ----------------------------------------------------------------
     @on(Button.Pressed, "#start")
@@ -197,6 +214,10 @@ class LaunchScreen(Screen[None]):
         words = shlex.split(self.query_one("#command", Input).value)
         if not words:
             raise ValueError("Give the training script (and its arguments).")
+        unset = unresolved(words)
+        if unset:
+            raise ValueError(f"{', '.join(unset)} in the command is known only when the job runs: "
+                             "replace it with its value (it would be passed literally).")
         nproc_text = self.query_one("#nproc", Input).value or "1"
         nproc = int(nproc_text)
         if not 1 <= nproc <= 256:
@@ -205,6 +226,7 @@ class LaunchScreen(Screen[None]):
         return LaunchSpec(script=words[0], args=tuple(words[1:]), nproc=nproc,
                           python=self.case.job_python, workdir=workdir,
                           instrument=str(self.query_one("#instrument", Select).value),
+                          scorep_flags=tuple(shlex.split(self.query_one("#scorep-flags", Input).value)),
                           warmup=self.query_one("#warmup", Tickbox).value,
                           grace_s=float(self.options.extra.get("grace_s", 5.0)),
                           rendezvous_timeout_s=float(self.options.extra.get("rendezvous_timeout_s", 300.0)))
