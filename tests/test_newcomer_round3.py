@@ -461,3 +461,25 @@ def test_the_launch_form_flags_an_unresolved_variable_and_edits_the_score_p_flag
     assert seen["spec"].scorep_flags == ("--thread=pthread", "--nopython")
     assert str(tmp_path / "ckpt") in seen["spec"].args
     assert not any("$" in p.name for p in tmp_path.iterdir())  # no folder named `$CKPT`
+
+
+def test_how_gpu_doctor_read_your_launch_is_in_execution_order_in_the_users_words(broken: Path) -> None:
+    from textual.widgets import DataTable, Static
+    from tui_pilot import checks_done, plain, run_app, screen_up, until
+
+    from doctor.tui.finding import FindingScreen
+
+    app = pilot_app(broken)
+
+    async def body(pilot: Any) -> None:
+        await checks_done(pilot, app)
+        table = app.query_one("#checks", DataTable)
+        table.move_cursor(row=table.get_row_index("LNC001"))
+        await pilot.press("enter")
+        finding = await screen_up(pilot, app, FindingScreen)
+        shown = " ".join(plain(finding.query_one("#launch-read", Static), width=300).split())
+        assert ("job.sbatch:27 runs python -m scorep --thread=pthread → scorep_torchrun.py (torch.distributed.run) "
+                "→ train.py [4 ranks: scorep_torchrun.py (torch.distributed.run) --nproc_per_node=4]") in shown, shown
+        assert "wrapper-script" not in shown and "rank(s)" not in shown
+
+    run_app(app, body, size=(200, 50))
