@@ -465,7 +465,7 @@ def test_the_launch_form_flags_an_unresolved_variable_and_edits_the_score_p_flag
 
 def test_how_gpu_doctor_read_your_launch_is_in_execution_order_in_the_users_words(broken: Path) -> None:
     from textual.widgets import DataTable, Static
-    from tui_pilot import checks_done, plain, run_app, screen_up, until
+    from tui_pilot import checks_done, plain, run_app, screen_up
 
     from doctor.tui.finding import FindingScreen
 
