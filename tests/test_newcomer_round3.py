@@ -126,9 +126,11 @@ def test_post_run_judges_a_launch_by_what_it_was_started_with(broken: Path) -> N
     if cuda_support(str(scorep_real.require() / "bin" / "scorep-config"), env) is not False:
         pytest.skip("this Score-P has CUDA support: the launch keeps --cuda")
     (broken / "tiny.py").write_text('print("step 1", flush=True)\n')
+    # started from the folder above the job, as `gpu-doctor launch -- job/train.py` is
     run = scorep_real.gpu_doctor(["launch", "--instrument", "scorep", "--nproc", "2", "--no-warmup", "--",
-                                  "tiny.py"], env, broken)
+                                  f"{broken.name}/tiny.py"], env, broken.parent)
     assert run.returncode == 0 and "measuring without --cuda" in run.stderr, run.stderr
+    assert (broken / "scorep_rank_1").is_dir() and not (broken.parent / "scorep_rank_0").exists()
     res = scorep_real.gpu_doctor(["--check-only", "--playbook", "post-run", str(broken)], env, broken)
     assert res.stdout.startswith("gpu-doctor: OK on "), res.stdout + res.stderr
     assert "ART002  skip    scorep_rank_0: CUDA recording was not asked for: gpu-doctor launch under " \

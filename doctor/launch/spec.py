@@ -116,7 +116,7 @@ def rank_env(spec: LaunchSpec, rank: int, master_port: int, base: Mapping[str, s
         "MASTER_PORT": str(master_port),
     }
     if spec.instrumented:
-        env["SCOREP_EXPERIMENT_DIRECTORY"] = experiment_dir(rank)
+        env["SCOREP_EXPERIMENT_DIRECTORY"] = experiment_path(spec, rank)
         memory = total_memory_to_set(spec, base)
         if memory:
             env["SCOREP_TOTAL_MEMORY"] = memory
@@ -161,6 +161,15 @@ def job_folder(spec: LaunchSpec) -> Path:
     run's record, also when the launch was started from a folder above it (`-- job/train.py`)."""
     script = Path(spec.workdir) / spec.script
     return script.parent.resolve() if script.is_file() else Path(spec.workdir)
+
+
+def experiment_path(spec: LaunchSpec, rank: int) -> str:
+    """SCOREP_EXPERIMENT_DIRECTORY of a rank: `scorep_rank_N` in the ranks' folder, or, for a launch
+    started above the job folder, that folder's `scorep_rank_N` (where post-run on the job looks)."""
+    folder = job_folder(spec)
+    if folder == Path(spec.workdir).resolve():
+        return experiment_dir(rank)
+    return str(folder / experiment_dir(rank))
 
 
 def default_run_dir(workdir: Path, now: dt.datetime | None = None) -> Path:

@@ -37,7 +37,7 @@ from textual.widgets import (
 )
 
 from doctor.case import Case
-from doctor.launch.spec import DEFAULT_SCOREP_FLAGS
+from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, job_folder
 from doctor.tui.tickbox import Tickbox
 from doctor.wording import count
 
@@ -283,7 +283,7 @@ class LaunchScreen(Screen[None]):
                     self.app.call_from_thread(lambda: self.query_one("#launch-verdict", Static).update(
                         f"{so_far}\nreading the traces: {line}"))
 
-                verdict += "\n" + timeline_text(spec.workdir, on_progress=progress)
+                verdict += "\n" + timeline_text(job_folder(spec), on_progress=progress)
         self.app.call_from_thread(self.run_finished, summary, verdict)
 
     def run_finished(self, summary: RunSummary, verdict: str) -> None:
