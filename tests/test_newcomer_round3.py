@@ -485,3 +485,26 @@ def test_how_gpu_doctor_read_your_launch_is_in_execution_order_in_the_users_word
         assert "wrapper-script" not in shown and "rank(s)" not in shown
 
     run_app(app, body, size=(200, 50))
+
+
+@pytest.mark.parametrize("run,causes", [
+    (None, {"SCR001", "GPU003"}),                                    # a log without a launch record: the job's
+    ({"scorep": True, "cuda": True, "node": True}, {"SCR001", "GPU003"}),
+    ({"scorep": True, "cuda": False, "node": True}, {"GPU003"}),      # Score-P without --cuda
+    ({"scorep": False, "cuda": False, "node": False}, set()),         # no Score-P, another host
+])
+def test_a_log_line_is_a_causes_symptom_only_where_its_run_had_the_precondition(run: Any, causes: set[str]) -> None:
+    from doctor.diagnosis import diagnose_results
+    from doctor.model import CheckResult, Finding, Status
+
+    def result(check_id: str, layer: str, **data: Any) -> CheckResult:
+        f = Finding(check_id, layer, Status.FAIL, f"{check_id} failed",
+                    entities={"signature": data["signature"]} if data else {}, data=data)
+        return CheckResult(check_id, layer, check_id, Status.FAIL, f.message, (f,), 0.0)
+
+    results = [result("SCR001", "script"), result("GPU003", "node"),
+               result("ART004", "artifacts", signature="fp16_valueerror", runs=[run])]
+    diagnosis = diagnose_results(results)
+    found = {cause.check_id for cause, _why in diagnosis.explained_by("ART004")}
+    assert found == causes
+    assert bool(causes) != any(u.problem.check_id == "ART004" for u in diagnosis.unexplained)
