@@ -48,6 +48,8 @@ def test_a_run_without_score_p_gets_no_score_p_root_cause(broken: Path, fake_nod
 
     env = fake_node("no_driver")
     env["CUDA_VISIBLE_DEVICES"] = ""  # torch in the ranks sees no GPU, as on the reporter's host
+    if "GPU001  skip    no NVIDIA driver" not in gate(broken, env=env).stderr:
+        pytest.skip("this host has an NVIDIA driver the fake node cannot hide")
     monkeypatch.setattr(os, "environ", env)  # the ranks inherit it
     monkeypatch.chdir(broken)
     app = make_app(Case(root=broken, env=env), Options(playbook="scorep-ddp", budget_s=CEILING_S,
@@ -73,10 +75,7 @@ def test_a_run_without_score_p_gets_no_score_p_root_cause(broken: Path, fake_nod
         assert "root cause SCR001" not in panel and "root cause LNC002" not in panel, panel
 
     run_app(app, body, size=(160, 45))
-    res = gate(broken, env=env)
-    if "GPU001  skip    no NVIDIA driver" not in res.stderr:
-        pytest.skip("this host has an NVIDIA driver the fake node cannot hide")
-    verdict = res.stdout.strip()
+    verdict = gate(broken, env=env).stdout.strip()
     assert "root causes: TRN002 (explains ART004)" in verdict, verdict
     assert "first: TRN002 fail: no GPU on this host: fp16 needs CUDA" in verdict, verdict
     assert "Score-P's CUDA adapter" not in verdict and "root causes: SCR001" not in verdict, verdict
