@@ -8,6 +8,7 @@ left no trace (error 11).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from doctor import registry
@@ -15,11 +16,12 @@ from doctor.artifacts.discover import cuda_requested
 from doctor.artifacts.experiments import Experiment, Experiments
 from doctor.artifacts.jobinfo import expected_ranks, job_cuda_enable, launch_ranks, rank_nodes
 from doctor.artifacts.logscan import LogScan
+from doctor.artifacts.runrecord import RunRecord, launched_experiments
 from doctor.artifacts.signatures import SIGNATURE_CHECKS, signature_outcome
 from doctor.facts import Facts, ProbeFailure
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, unknown, warn
 from doctor.registry import check
-from doctor.wording import count
+from doctor.wording import count, noun_for
 
 ARTIFACTS = Layer.ARTIFACTS
 
@@ -124,7 +126,8 @@ def launcher_only(facts: Facts) -> Outcome | list[Outcome]:
 def cuda_recorded(facts: Facts) -> Outcome | list[Outcome]:
     """What it does:
     For every experiment folder whose `scorep.cfg` (the settings the run really had)
-    or whose job environment sets `SCOREP_CUDA_ENABLE`, looks for CUDA in the trace or
+    or whose job environment sets `SCOREP_CUDA_ENABLE` (for a folder a `gpu-doctor launch` wrote, that
+    run's own record, launch.json, instead of the job script), looks for CUDA in the trace or
     profile definitions: GPU locations named `CUDA[dev:stream]` and regions of the CUDA
     paradigm. GPU locations of other kinds (`HIP[0:0]`) do not count as CUDA.
 
@@ -155,11 +158,36 @@ def cuda_recorded(facts: Facts) -> Outcome | list[Outcome]:
     if bad is not None:
         return bad
     job_setting = job_cuda_enable(_job(facts))
+    # A folder a `gpu-doctor launch` wrote is judged by what that run was started with, not the job script.
+    launched = launched_experiments(facts.case.root)
     outcomes = [o for e in exps.folders if e.readable and not e.launcher_only
-                for o in [_cuda_outcome(e, job_setting)] if o is not None]
+                for record in [launched.get(os.path.realpath(e.path))]
+                for o in [_launched_without_cuda(e, record) or _cuda_outcome(e, None if record else job_setting)]
+                if o is not None]
     if not outcomes:
         return skip("CUDA recording was not asked for (no SCOREP_CUDA_ENABLE in scorep.cfg or the job)")
     return outcomes
+
+
+def _launched_ranks(facts: Facts, exps: Experiments) -> tuple[int, Evidence] | None:
+    """The rank count of the `gpu-doctor launch` run that wrote every rank folder here (its record)."""
+    launched = launched_experiments(facts.case.root)
+    ranks = [e for e in exps.folders if e.dir.kind == "rank"]
+    record = next(iter(launched.values()), None)
+    if record is None or record.world_size is None or not ranks \
+            or not all(os.path.realpath(e.path) in launched for e in ranks):
+        return None
+    return record.world_size, Evidence(f"gpu-doctor launch ran WORLD_SIZE={record.world_size}", record.path,
+                                       label="launch")
+
+
+def _launched_without_cuda(exp: Experiment, record: RunRecord | None) -> Outcome | None:
+    """A skip for a folder of a `gpu-doctor launch` run without --cuda whose scorep.cfg asks for no CUDA."""
+    if record is None or record.cuda or exp.cuda_setting is not None or exp.cuda_locations or exp.cuda_regions:
+        return None
+    return skip(f"{exp.dir.name}: CUDA recording was not asked for: {record.describe()} wrote it "
+                f"(its record: {record.path})", Evidence(" ".join(record.scorep_flags) or "no flags", record.path,
+                                                         label="launch"))
 
 
 def _cuda_outcome(exp: Experiment, job_setting: tuple[str, Evidence] | None) -> Outcome | None:
@@ -249,7 +277,7 @@ def ranks_complete(facts: Facts) -> Outcome | list[Outcome]:
                              "its measurement", [Evidence(", ".join(exp.dir.files) or "empty", exp.path)],
                              "destroy-process-group", entities={"folder": exp.path}))
     options = getattr(facts.case, "options", None)
-    expected = launch_ranks(options) or expected_ranks(_job(facts))
+    expected = launch_ranks(options) or _launched_ranks(facts, exps) or expected_ranks(_job(facts))
     outcomes.extend(_missing_ranks(exps, expected, rank_nodes(options)))
     for exp in exps.folders:
         if exp.problems and exp.dir.kind not in ("tmp", "failed", "rank"):
@@ -260,7 +288,8 @@ def ranks_complete(facts: Facts) -> Outcome | list[Outcome]:
         return outcomes
     ranks = exps.rank_folders
     if ranks:
-        return passed(f"all {count(len(ranks), 'rank folder')} hold a readable trace or profile")
+        return passed(f"{'all ' if len(ranks) > 1 else ''}{count(len(ranks), 'rank folder')} "
+                      f"{noun_for(len(ranks), 'holds', 'hold')} a readable trace or profile")
     return passed(f"{count(len(exps.folders), 'experiment folder')}, each with a readable trace or profile")
 
 

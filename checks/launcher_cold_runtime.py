@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from doctor import pyast, safeopen
+from doctor.artifacts.runrecord import had
 from doctor.facts import Facts, ProbeFailure
 from doctor.limits import MAX_PYTHON_BYTES
 from doctor.model import Evidence, Status
@@ -78,12 +79,13 @@ def cuda_adapter(job: Any) -> Adapter:
 
 
 def log_lines(facts: Facts) -> list[Evidence]:
-    """Error 802 and FP16-ValueError lines in the job's logs (nothing when the logs were not read)."""
+    """Error 802 and FP16-ValueError lines in the job's logs (nothing when the logs were not read),
+    of runs that had a CUDA adapter: a `gpu-doctor launch` without Score-P --cuda proves nothing about it."""
     scan = facts.get("logscan")
     if isinstance(scan, ProbeFailure) or not scan:
         return []
     return [Evidence(m["text"], m["file"], m["line"], "log") for m in scan
-            if m.get("signature") in COLD_SIGNATURES][:4]
+            if m.get("signature") in COLD_SIGNATURES and had(m.get("run"), "cuda")][:4]
 
 
 def node_state(facts: Facts) -> tuple[str, str, Evidence | None]:

@@ -14,7 +14,7 @@ from doctor.facts import Facts
 from doctor.model import Evidence, Layer, Outcome, fail, passed, skip, timeout, unknown, warn
 from doctor.probes.cuda_errors import describe, short
 from doctor.registry import check
-from doctor.wording import count
+from doctor.wording import count, noun_for
 
 NODE = Layer.NODE
 
@@ -95,7 +95,7 @@ def driver_loaded(facts: Facts) -> Outcome | list[Outcome]:
     err = Evidence(str(nv.get("error")), label="NVML") if nv.get("error") else ()
     if nv.get("no_driver"):
         if n_expected:
-            return fail(f"no NVIDIA driver on {host}, but {count(n_expected, 'GPU')} are expected ({source})",
+            return fail(f"no NVIDIA driver on {host}, but {count(n_expected, 'GPU')} {noun_for(n_expected, 'is', 'are')} expected ({source})",
                         err, "node-driver", entities={"host": host})
         return skip("no NVIDIA driver on this host", err, entities={"host": host})
     if not nv.get("driver_loaded"):
@@ -105,7 +105,7 @@ def driver_loaded(facts: Facts) -> Outcome | list[Outcome]:
     evidence = [Evidence(f"{nv.get('driver_version')} (CUDA {version(nv.get('cuda_driver_version'))})",
                          label="driver")] + [gpu_line(g) for g in gpus]
     if n_expected and len(gpus) < n_expected:
-        return fail(f"NVML sees {count(len(gpus), 'GPU')} on {host}, but {n_expected} are expected ({source})",
+        return fail(f"NVML sees {count(len(gpus), 'GPU')} on {host}, but {n_expected} {noun_for(n_expected, 'is', 'are')} expected ({source})",
                     evidence, "node-driver", entities={"host": host})
     if not gpus:
         return warn("the NVIDIA driver is loaded but NVML sees no GPU", evidence, "node-driver")

@@ -134,8 +134,20 @@ def _steps_multiple(job: Job, ta: TrainerArgs, evidence: list[Evidence], data: d
                  evidence, "trainer-lbm-off", data=data | {"save_steps": save, "eval_steps": evs})]
 
 
+def _fp16_error_here(facts: Facts) -> Evidence | None:
+    """The first FP16 ValueError in the log of a `gpu-doctor launch` run on this host (its record says so)."""
+    scan = facts.get("logscan")
+    if isinstance(scan, ProbeFailure) or not scan:
+        return None
+    for m in scan:
+        run = m.get("run")
+        if m.get("signature") == "fp16_valueerror" and isinstance(run, dict) and run.get("node") is True:
+            return Evidence(m["text"], m["file"], m["line"], "log")
+    return None
+
+
 @check("TRN002", L, "fp16/bf16 asked for where the framework has no CUDA",
-       needs=("job", "framework", "nvml"), remedies=("cuda-warmup",), handles_failures=True)
+       needs=("job", "framework", "nvml", "logscan"), remedies=("cuda-warmup",), handles_failures=True)
 def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
     """What it does:
     When a run asks for fp16 or bf16 (trainer flags, config files, `TrainingArguments`,
@@ -156,7 +168,8 @@ def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
 
     Severity:
     fail when fp16/bf16 is asked for and torch in the job's interpreter cannot use CUDA (the
-    FP16 ValueError); skip on a host without a driver (the GPU node must say); unknown when
+    FP16 ValueError); on a host without a driver, fail when a run gpu-doctor launched here stopped with
+    the FP16 ValueError ("no GPU on this host"), else skip (the GPU node must say); unknown when
     GPU004 could not tell; else pass.
 
     Fix safety:
@@ -190,6 +203,10 @@ def mixed_precision_needs_cuda(facts: Facts) -> list[Outcome]:
     data = site | {"precision": key, "see": ["GPU003", "GPU004"]}
     nv = facts.get("nvml")
     if isinstance(nv, dict) and not nv.get("driver_loaded") and not facts.case.gpus_expected:
+        here = _fp16_error_here(facts)
+        if here is not None:
+            return [fail(f"no GPU on this host: {key} needs CUDA, and the run gpu-doctor launched here stopped "
+                         f"with the FP16 ValueError; run it on a GPU node", [where, here], data=data)]
         # A login node or a laptop: the GPU node decides, not this host.
         return [skip(f"{key} is asked for; this host has no NVIDIA driver, so whether torch can use CUDA "
                      "is for the GPU node to say: run gpu-doctor there", where, data=data)]

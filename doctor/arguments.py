@@ -170,3 +170,31 @@ def case_from_args(args: argparse.Namespace, gate: bool = False,
 def print_json(doc: object) -> None:
     json.dump(doc, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def gather_only(argv: list[str], is_id: Callable[[str], bool]) -> list[str]:
+    """`--only A B,C PATH` as `--only A --only B --only C PATH`: the IDs after `--only` (each may be
+    comma-separated) run up to the first word that is not one (`is_id`), which stays a positional."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if word == "--":
+            out += argv[i - 1:]
+            break
+        if word != "--only" and not word.startswith("--only="):
+            out.append(word)
+            continue
+        first = word.partition("=")[2] if "=" in word else None
+        words = [first] if first is not None else []
+        while first is None and i < len(argv) and not argv[i].startswith("-") \
+                and (not words or all(is_id(w) for w in argv[i].split(",") if w)):
+            words.append(argv[i])
+            i += 1
+        ids = [w for text in words for w in text.split(",") if w]
+        if not ids:
+            out.append(word)  # argparse says what is missing
+        for rid in ids:
+            out += ["--only", rid]
+    return out

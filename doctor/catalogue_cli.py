@@ -25,7 +25,8 @@ def explain_parser() -> Parser:
 
     p = Parser(prog="gpu-doctor explain", description="Print one check's What / Why / Example / "
                "Remedy / Fix safety, and its remedies' steps.")
-    p.add_argument("check_id", metavar="ID", help="a check ID, e.g. GPU003 (see `gpu-doctor list-checks`)")
+    p.add_argument("check_id", metavar="ID", help="a check ID, e.g. GPU003 (see `gpu-doctor list-checks`), "
+                   "or a remedy ID a `next:` line names, e.g. scorep-add-cuda")
     return p
 
 
@@ -44,7 +45,31 @@ def list_checks_main(argv: list[str]) -> int:
     return 0
 
 
+def remedy_text(remedy_id: str) -> str:
+    """A remedy ID (what a `next:` line prints): its safety, title, steps, and the checks that propose it."""
+    rem = registry.REMEDIES[remedy_id]
+    lines = [f"{rem.id} (remedy, {rem.safety.value}): {rem.title}"]
+    if rem.steps:
+        lines += ["", "Steps:", *[f"  {step}" for step in rem.steps]]
+    proposed = [c for c in registry.all_checks() if remedy_id in c.remedies]
+    for c in proposed[:1]:
+        why = section(c.doc or "", "Remedy:")
+        if why:
+            lines += ["", f"What it answers ({c.id}: {c.title}):", *[f"  {ln}" for ln in why.splitlines()]]
+        safety = section(c.doc or "", "Fix safety:")
+        if safety:
+            lines += ["", "Fix safety:", *[f"  {ln}" for ln in safety.splitlines()]]
+    if proposed:
+        lines += ["", f"Proposed by: {', '.join(c.id for c in proposed)} (gpu-doctor explain {proposed[0].id})"]
+    how = "gpu-doctor fix PATH --only " + rem.id + (" --unsafe" if rem.safety.value == "unsafe" else "")
+    lines += ["", f"Preview: {how} --diff" if rem.plan is not None else "Manual: gpu-doctor fix PATH lists the steps"]
+    return "\n".join(lines)
+
+
 def explain_text(check_id: str) -> str:
+    registry.load()
+    if check_id not in registry.CHECKS and check_id in registry.REMEDIES:
+        return remedy_text(check_id)
     c = registry.get_check(check_id)
     lines = [f"{c.id} ({c.layer}): {c.title}", ""]
     lines.append(c.doc or "(no documentation)")
@@ -61,6 +86,21 @@ def explain_text(check_id: str) -> str:
             lines.append(f"  {rid} [{rem.safety.value}] {rem.title}")
             lines += [f"    {step}" for step in rem.steps]
     return "\n".join(lines)
+
+
+def section(doc: str, name: str) -> str:
+    """The text of one docstring section ("Remedy:"), up to the next section heading."""
+    lines = doc.splitlines()
+    heads = {"Severity:", *SECTIONS}
+    start = next((i for i, ln in enumerate(lines) if ln.strip() == name), None)
+    if start is None:
+        return ""
+    body = []
+    for ln in lines[start + 1:]:
+        if ln.strip() in heads:
+            break
+        body.append(ln.strip())
+    return "\n".join(body).strip()
 
 
 SECTIONS = ("What it does:", "Why is this bad?", "Example:", "Use instead:", "Remedy:", "Fix safety:")

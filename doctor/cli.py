@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from doctor import __version__
-from doctor.arguments import Parser, UsageError, add_case_args, case_from_args, check_path
+from doctor.arguments import Parser, UsageError, add_case_args, case_from_args, check_path, gather_only
 from doctor.sanitize import shown
 
 # Subcommand -> "module:function"; each function is `main(argv) -> int`.
@@ -33,6 +34,9 @@ COMMANDS = {
 }
 
 
+CHECK_ID = re.compile(r"[A-Z]{3}[0-9]{3}")
+
+
 def build_parser() -> Parser:
     p = Parser(prog="gpu-doctor", description=(
         "Find why a GPU job or its Score-P measurement goes wrong, fix it, and launch it. "
@@ -41,7 +45,8 @@ def build_parser() -> Parser:
     p.add_argument("--check-only", action="store_true",
                    help="headless gate: no TUI; one verdict line (or --json); exit 0/1/2")
     p.add_argument("--playbook", metavar="NAME",
-                   help="prologue (default for --check-only), scorep-ddp, post-run, p2p, or a .toml file")
+                   help="prologue, scorep-ddp, node, post-run, p2p, or a .toml file (default: prologue for "
+                        "--check-only without PATH, scorep-ddp with a PATH and in the app)")
     p.add_argument("--json", action="store_true", help="print the JSON verdict on stdout")
     p.add_argument("--json-file", metavar="FILE", help="also write the JSON verdict to FILE")
     p.add_argument("--prometheus", metavar="FILE",
@@ -49,7 +54,8 @@ def build_parser() -> Parser:
                         "textfile collector; replaced atomically)")
     p.add_argument("--fail-on", choices=("error", "warning"), default="error",
                    help="the threshold for exit code 1 (default: error)")
-    p.add_argument("--only", action="append", default=[], metavar="ID", help="run only these checks")
+    p.add_argument("--only", action="append", default=[], metavar="ID",
+                   help="run only these checks (--only SCP003 SCR002, or SCP003,SCR002)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.add_argument("--version", action="version", version=f"gpu-doctor {__version__}")
     return p
@@ -146,7 +152,7 @@ def _main(argv: list[str]) -> int:
         first = argv[0] if argv else ""
         if first and not first.startswith((".", "-", "/", "~")) and "/" not in first and not Path(first).exists():
             raise UsageError(f"{first!r} is neither a subcommand ({', '.join(COMMANDS)}) nor an existing PATH")
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(gather_only(argv, lambda w: bool(CHECK_ID.fullmatch(w))))
         if args.check_only or args.json or args.only:
             return gate_main(args, argv)
         return tui_main(args)

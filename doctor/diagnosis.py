@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from doctor.artifacts.runrecord import had
 from doctor.model import LAYER_ORDER, CheckResult, Safety, Status
 
 if TYPE_CHECKING:
@@ -69,6 +70,15 @@ LINKS: tuple[Link, ...] = (
     Link("ART004:experiment_collision", ("SCP006",), "several ranks wrote into one experiment folder"),
     Link("ART004:lbm_conflict", ("TRN001",), "load_best_model_at_end with eval and save strategies that differ"),
 )
+# What a cause needs of the run that wrote a log line before that line can be its symptom: a
+# `gpu-doctor launch` without Score-P proves nothing about Score-P's adapter, one on another host
+# nothing about this node (doctor.artifacts.runrecord). Logs without a launch record: the job's run.
+PRECONDITIONS: dict[str, str] = {
+    "SCR001": "cuda", "LNC002": "cuda", "SCP002": "cuda", "SCP004": "cuda",
+    "SCP001": "scorep", "SCP003": "scorep", "SCP005": "scorep", "SCP006": "scorep", "SCP009": "scorep",
+    "SCP010": "scorep", "LNC001": "scorep",
+    "GPU002": "node", "GPU003": "node", "GPU004": "node", "GPU005": "node",
+}
 PROBLEM = (Status.FAIL, Status.WARN)
 JOB_LAYERS = ("scorep", "launcher", "script", "trainer", "artifacts")
 
@@ -84,6 +94,7 @@ class Problem:
     message: str
     remedies: tuple[str, ...]
     next_step: str
+    runs: tuple[Any, ...] = field(default=(), compare=False)  # a log signature's runs (ART004 `runs`)
 
     @property
     def signature(self) -> str | None:
@@ -214,14 +225,21 @@ def problems(results: Iterable[CheckResult], root: Any = None) -> list[Problem]:
         for key, fs in groups.items():
             worst = max(fs, key=lambda f: f.status.rank)
             remedies = tuple(dict.fromkeys(rid for f in fs for rid in f.remedies))
+            runs = tuple(run for f in fs for run in (f.data.get("runs") or ()))
             found[key] = Problem(key, r.check_id, r.layer, worst.status, worst.message, remedies,
-                                 next_command(r.check_id, r.layer, remedies, root))
+                                 next_command(r.check_id, r.layer, remedies, root), runs)
     return list(found.values())
 
 
 def _order(p: Problem) -> tuple[int, int, str]:
     layer = LAYER_ORDER.index(p.layer) if p.layer in LAYER_ORDER else len(LAYER_ORDER)
     return (-p.status.rank, layer, p.key)
+
+
+def _possible(cause: Problem, symptom: Problem) -> bool:
+    """Whether a run that wrote the symptom's log lines had what `cause` needs (PRECONDITIONS)."""
+    need = PRECONDITIONS.get(cause.check_id)
+    return need is None or not symptom.runs or any(had(run, need) for run in symptom.runs)
 
 
 def _present(key: str, by_key: dict[str, Problem]) -> list[Problem]:
@@ -239,7 +257,7 @@ def diagnose_results(results: Iterable[CheckResult], root: Any = None) -> Diagno
         for symptom in _present(link.symptom, by_key):
             for key in link.causes:
                 for cause in _present(key, by_key):
-                    if cause.key != symptom.key:
+                    if cause.key != symptom.key and _possible(cause, symptom):
                         causes.setdefault(symptom.key, []).append((cause, link.why))
     explains: dict[str, list[tuple[Problem, str]]] = {}
     for symptom_key, cs in causes.items():

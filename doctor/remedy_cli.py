@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from doctor import registry
-from doctor.arguments import Parser, UsageError, add_case_args, case_from_args, job_folder, to_stderr
+from doctor.arguments import (
+    Parser,
+    UsageError,
+    add_case_args,
+    case_from_args,
+    gather_only,
+    job_folder,
+    to_stderr,
+)
+from doctor.diagnosis import JOB_LAYERS
 from doctor.model import Evidence, Finding, Status
 from doctor.remedy.model import Plan, RemedyError, RemedyPlan, display_path
 from doctor.sanitize import shown
@@ -39,8 +48,8 @@ def fix_parser() -> Parser:
     p.add_argument("--diff", action="store_true", help="print the planned changes as unified diffs")
     p.add_argument("--apply", action="store_true", help="apply the safe remedies (and unsafe with --unsafe)")
     p.add_argument("--unsafe", action="store_true", help="include remedies that edit your code")
-    p.add_argument("--only", action="extend", nargs="+", default=[], metavar="ID",
-                   help="only these remedy IDs")
+    p.add_argument("--only", action="append", default=[], metavar="ID",
+                   help="only these remedy IDs (--only A B, or A,B)")
     p.add_argument("--findings", action="append", default=[], metavar="FILE",
                    help="also use the findings of a gpu-doctor JSON verdict (e.g. a node's GPU003)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
@@ -48,9 +57,9 @@ def fix_parser() -> Parser:
 
 
 def fix_main(argv: list[str]) -> int:
-    args = fix_parser().parse_args(argv)
-    case = case_from_args(args)
     registry.load()
+    args = fix_parser().parse_args(gather_only(argv, lambda word: word in registry.REMEDIES))
+    case = case_from_args(args)
     unknown = [r for r in args.only if r not in registry.REMEDIES]
     if unknown:
         raise UsageError(f"unknown remedy ID {unknown[0]!r} (known: {', '.join(sorted(registry.REMEDIES))})")
@@ -61,7 +70,6 @@ def fix_main(argv: list[str]) -> int:
     say(f"gpu-doctor fix: checking {case.root} ...")
     run, plan = check_and_plan(case, extra=imported, only=args.only, unsafe=args.unsafe,
                                budget_s=args.timeout)
-    findings = run.findings + imported
     if args.apply:
         return apply_and_verify(plan, case, argv, say)
     if args.diff:
@@ -70,13 +78,17 @@ def fix_main(argv: list[str]) -> int:
             if rp.status != "ready":
                 say(f"  {rp.remedy_id}: {MARK.get(rp.status, rp.status)}{': ' + rp.note if rp.note else ''}")
         return 0
-    print(shown(listing(plan, len([f for f in findings if f.status not in (Status.PASS, Status.SKIP)]))))
+    # the node checks are not probed by fix (their `unknown` is not a finding of this folder)
+    open_findings = [f for f in run.findings if f.layer in JOB_LAYERS] + imported
+    print(shown(listing(plan, len([f for f in open_findings if f.status not in (Status.PASS, Status.SKIP)]))))
     return 0
 
 
 def listing(plan: Plan, n_findings: int) -> str:
     rps = list(plan.remedies) + list(plan.skipped)
     if not rps:
+        if not n_findings:
+            return f"gpu-doctor fix: nothing to fix in {plan.root} (no open finding)"
         return (f"gpu-doctor fix: nothing to fix in {plan.root} ({count(n_findings, 'open finding')}, "
                 "none with a remedy)")
     lines = [f"gpu-doctor fix: {count(len(rps), 'remedy')} for {count(n_findings, 'finding')} in {plan.root}"]

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Put real Score-P 8.4 and its Python bindings (scorep 4.5.1) where the tests find them.
 #
-#   scripts/build-scorep.sh [VENV]        (default: .venv of this checkout)
+#   scripts/build-scorep.sh [--use-existing] [VENV]        (default: .venv of this checkout)
+#
+# 0. With --use-existing, or when nothing is vendored: the Score-P already there (scorep-config on
+#    PATH, e.g. a site's `module load scorep`, else the prefix VENV/scorep-prefix names) gets the
+#    bindings built against it and is registered; steps 1-3 are skipped.
 #
 # 1. Checks the vendored files against SHA256SUMS (VENDOR, default ../shared/vendor from the repo).
 # 2. Installs what Score-P needs from Debian: at run time `python -m scorep` links a small init
@@ -14,9 +18,12 @@
 # 4. `pip install --no-build-isolation scorep==4.5.1` into VENV with scorep-config on PATH, and
 #    VENV/scorep-prefix naming the Score-P prefix (tests/scorep_real.py reads it).
 #
-# Exit 0 when Score-P works at the end (or nothing is vendored: the real-Score-P tests then skip
-# with that reason); 1 when a hash does not match or the build fails.
+# Exit 0 when Score-P works at the end (or there is none, nothing is vendored: the real-Score-P
+# tests then skip with that reason); 1 when a hash does not match, the build fails, or
+# --use-existing finds no working Score-P.
 set -euo pipefail
+use_existing=0
+if [ "${1:-}" = --use-existing ]; then use_existing=1; shift; fi
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$(cd "${1:-$repo/.venv}" && pwd)"
 vendor="${VENDOR:-$repo/../shared/vendor}"
@@ -27,8 +34,44 @@ prebuilt_prefix=/opt/scorep
 bindings="scorep==4.5.1"
 say() { echo "build-scorep: $*"; }
 
-if [ ! -f "$vendor/$source_tgz" ] || [ ! -f "$vendor/SHA256SUMS" ]; then
-  say "no $source_tgz with SHA256SUMS in $vendor: real-Score-P tests will skip"
+works() { "$1/bin/scorep-config" --version >/dev/null 2>&1 && "$1/bin/scorep-info" config-summary >/dev/null 2>&1; }
+
+install_bindings() {  # install_bindings PREFIX: scorep==4.5.1 built against PREFIX, registered in VENV
+  local prefix="$1"
+  say "Score-P $("$prefix/bin/scorep-config" --version) at $prefix"
+  export PATH="$prefix/bin:$PATH"
+  if ! "$venv/bin/python" -c "import scorep, importlib.metadata as m; assert m.version('scorep') == '4.5.1'" \
+       2>/dev/null || [ "$(cat "$venv/scorep-prefix" 2>/dev/null)" != "$prefix" ]; then
+    # the bindings compile against this prefix: rebuild them when the prefix changed
+    "$venv/bin/pip" install -q --no-build-isolation --force-reinstall --no-deps --no-cache-dir "$bindings" \
+      2>&1 | grep -v "^WARNING: Location" || true
+  fi
+  "$venv/bin/python" -c "import scorep" || { say "$bindings did not install into $venv"; return 1; }
+  echo "$prefix" > "$venv/scorep-prefix"
+  say "bindings $bindings in $venv; $venv/scorep-prefix -> $prefix"
+}
+
+existing_prefix() {  # the Score-P already here: scorep-config on PATH, else the registered prefix
+  local cfg prefix
+  if cfg="$(command -v scorep-config)"; then
+    prefix="$(cd "$(dirname "$cfg")/.." && pwd)"
+    works "$prefix" && { echo "$prefix"; return 0; }
+  fi
+  prefix="$(cat "$venv/scorep-prefix" 2>/dev/null)" || return 1
+  [ -n "$prefix" ] && works "$prefix" && echo "$prefix"
+}
+
+if [ "$use_existing" = 1 ] || [ ! -f "$vendor/$source_tgz" ] || [ ! -f "$vendor/SHA256SUMS" ]; then
+  if prefix="$(existing_prefix)"; then
+    [ "$use_existing" = 1 ] || say "no $source_tgz with SHA256SUMS in $vendor: using the Score-P already installed"
+    install_bindings "$prefix" || exit 1
+    exit 0
+  fi
+  if [ "$use_existing" = 1 ]; then
+    say "--use-existing: no working scorep-config on PATH and no registered prefix in $venv/scorep-prefix"
+    exit 1
+  fi
+  say "no $source_tgz with SHA256SUMS in $vendor and no Score-P on PATH: real-Score-P tests will skip"
   rm -f "$venv/scorep-prefix"
   exit 0
 fi
@@ -58,8 +101,6 @@ apt_install() {  # apt_install PKG...: the ones not installed yet
 # Run time: gcc links the bindings' init library with -lpapi -lunwind -lbfd -lz (the -dev packages).
 RUNTIME=(gcc libc6-dev libpapi-dev libunwind-dev binutils-dev zlib1g-dev libgomp1 libstdc++6)
 BUILD=(g++ gfortran make bison flex libiberty-dev)
-
-works() { "$1/bin/scorep-config" --version >/dev/null 2>&1 && "$1/bin/scorep-info" config-summary >/dev/null 2>&1; }
 
 prebuilt_matches() {
   [ -f "$vendor/$prebuilt_tgz" ] || return 1
@@ -128,15 +169,4 @@ if prebuilt_matches && use_prebuilt; then
 else
   build_from_source || exit 1
 fi
-say "Score-P $("$prefix/bin/scorep-config" --version) at $prefix"
-
-export PATH="$prefix/bin:$PATH"
-if ! "$venv/bin/python" -c "import scorep, importlib.metadata as m; assert m.version('scorep') == '4.5.1'" \
-     2>/dev/null || [ "$(cat "$venv/scorep-prefix" 2>/dev/null)" != "$prefix" ]; then
-  # the bindings compile against this prefix: rebuild them when the prefix changed
-  "$venv/bin/pip" install -q --no-build-isolation --force-reinstall --no-deps --no-cache-dir "$bindings" \
-    2>&1 | grep -v "^WARNING: Location" || true
-fi
-"$venv/bin/python" -c "import scorep" || { say "$bindings did not install into $venv"; exit 1; }
-echo "$prefix" > "$venv/scorep-prefix"
-say "bindings $bindings in $venv; $venv/scorep-prefix -> $prefix"
+install_bindings "$prefix" || exit 1

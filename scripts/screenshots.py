@@ -62,9 +62,9 @@ class Shot:
 SHOTS = (
     Shot("overview", ("NOT READY", "SCP002", "LNC001", "ART004", "Fix", "Quit")),
     Shot("finding", ("SCP002", "Evidence", "job.sbatch:27", "How gpu-doctor read your launch", "Remedies")),
-    Shot("fix", ("remedies to apply", "cuda-warmup", "per-rank-launch", "+++ b/job.sbatch")),
+    Shot("fix", ("remedies selected to apply", "cuda-warmup", "per-rank-launch", "+++ b/job.sbatch")),
     Shot("applied", ("verified", "u undoes")),
-    Shot("launch", ("done", "step 50/50", "exit 0", "GPU0")),
+    Shot("launch", ("done", "step 50/50", "exit 0", "GPU0", "Score-P flags", "logs and the run's record")),
     Shot("report", ("Export a redacted report", "gpu-doctor-report.html", "Write")),
     Shot("help", ("Keys: the overview", "Export report", "ctrl+p")),
     Shot("timeline", ("gpu-doctor timeline", "exposed")),

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import examples_util
+
 from doctor import registry
 from doctor.case import Case
 from doctor.facts import Facts
@@ -16,7 +18,7 @@ from doctor.jobfolder.model import Job
 from doctor.model import Outcome, Status
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
+EXAMPLES = examples_util.EXAMPLES  # the shipped files, not the working tree's
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "jobs"
 
 # What a healthy node with Score-P installed reports; tests override single facts.

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from examples_util import EXAMPLES
 from remedy_util import make_job
 
 from doctor import registry
@@ -26,7 +27,7 @@ FOLDERS = sorted([p / "broken" for p in (TESTS / "fixtures" / "launch_chain").it
                  + [p for p in (TESTS / "fixtures" / "jobs").iterdir() if p.is_dir()]
                  # job folders after a run: what their logs hold raises the log-driven checks
                  + [p for p in (TESTS / "fixtures" / "runs").iterdir() if p.is_dir()]
-                 + [REPO / "examples" / "scorep-ddp-broken"]) + [Path("remedy_util") / "seed"]
+                 + [EXAMPLES / "scorep-ddp-broken"]) + [Path("remedy_util") / "seed"]
 
 
 def automatic(remedy_id: str) -> bool:

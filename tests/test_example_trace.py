@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from examples_util import EXAMPLES
+
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLE = REPO / "examples" / "scorep-ddp-trace"
+EXAMPLE = EXAMPLES / "scorep-ddp-trace"
 
 
 def gpu_doctor(*args: str) -> subprocess.CompletedProcess:

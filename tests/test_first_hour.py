@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from examples_util import EXAMPLES
 
 from doctor.cli import COMMANDS
 
 REPO = Path(__file__).resolve().parents[1]
-BROKEN = REPO / "examples" / "scorep-ddp-broken"
+BROKEN = EXAMPLES / "scorep-ddp-broken"
 README = REPO / "README.md"
 
 

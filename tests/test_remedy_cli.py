@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from examples_util import EXAMPLES
 from remedy_util import make_job, snapshot
 
 from doctor.case import Case
@@ -17,7 +18,7 @@ from doctor.remedy import transactions
 from doctor.remedy.journal import records
 from doctor.remedy.verify import CONFIG_LAYERS, run_job_checks
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scorep-ddp-broken"
+EXAMPLE = EXAMPLES / "scorep-ddp-broken"
 # What no edit of the job folder can fix on this machine: Score-P is not installed here
 # (SCP001), torch has no CUDA here (TRN002), the node is not probed by `fix` (LNC003).
 MACHINE = {"SCP001", "TRN002", "LNC003"}

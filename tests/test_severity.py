@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples_util import EXAMPLES
 from jobfolder_util import run_check, worst, write_job
 
 from doctor.model import Status
@@ -241,7 +242,7 @@ CLEAN_JOBS = [
     (CLEAN / "perrank-warmup", {"LNC002": "pass", "SCR001": "pass", "SCP006": "pass", "SCR002": "pass"}),
     (CLEAN / "perrank-nowarmup", {"LNC002": "warn", "SCP006": "pass"}),  # a risk, not a blocker
     (CLEAN / "rocm-scorep", {"LNC002": "skip", "SCR001": "pass", "SCR002": "pass", "SCP006": "pass"}),
-    (Path(__file__).resolve().parent.parent / "examples" / "scorep-ddp-fixed", {"LNC002": "pass", "SCR002": "pass"}),
+    (EXAMPLES / "scorep-ddp-fixed", {"LNC002": "pass", "SCR002": "pass"}),
 ]
 
 

@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from examples_util import EXAMPLES
+
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "scorep-ddp-trace"
+EXAMPLE = EXAMPLES / "scorep-ddp-trace"
 
 
 def test_the_readme_opens_with_the_timeline_example() -> None:
@@ -20,7 +22,7 @@ def test_the_readme_opens_with_the_timeline_example() -> None:
 def test_timeline_on_the_bundled_measurement_prints_a_breakdown() -> None:
     assert (EXAMPLE / "scorep_rank_0" / "traces.otf2").is_file()
     proc = subprocess.run([sys.executable, "-m", "doctor", "timeline", "examples/scorep-ddp-trace"],
-                          capture_output=True, text=True, timeout=120, cwd=REPO, env=None)
+                          capture_output=True, text=True, timeout=120, cwd=EXAMPLES.parent, env=None)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Run scorep-ddp-trace: 2 ranks, from traces" in out

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples_util import EXAMPLES
 from timeline_tracegen import Process, comm, compute, require_c_reader, write_rank_trace, write_trace
 
 from doctor.timeline import analyse, creader
@@ -218,7 +219,7 @@ def test_ci_builds_the_c_reader() -> None:
 @pytest.mark.parametrize("name", ["hip-trace-mi300", "mpi-pingpong-trace", "examples/scorep-ddp-trace"])
 def test_both_readers_agree_on_real_score_p_traces(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     require_c_reader()
-    path = ROOT / name if name.startswith("examples/") else ROOT.parent / "shared" / "fixtures" / "scorep" / name
+    path = EXAMPLES.parent / name if name.startswith("examples/") else ROOT.parent / "shared" / "fixtures" / "scorep" / name
     if not path.is_dir():
         pytest.skip(f"real Score-P output {path} is absent (see ../shared/fixtures/scorep/PROVENANCE.md)")
     # The example job's ranks are named one by one (its own folder is called scorep-*).

@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("textual")
 
+from examples_util import EXAMPLES
 from rich.text import Text  # noqa: E402
 from textual.widgets import DataTable, Input, Static  # noqa: E402
 from tui_pilot import (  # noqa: E402
@@ -44,7 +45,7 @@ from doctor.tui.launch import LaunchScreen  # noqa: E402
 from doctor.tui.report import ReportScreen  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "scorep-ddp-broken"
+EXAMPLE = EXAMPLES / "scorep-ddp-broken"
 
 DDP_SCRIPT = """\
 import os, sys, time

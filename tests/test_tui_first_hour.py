@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("textual")
 
+from examples_util import EXAMPLES
 from textual.widgets import Checkbox, DataTable, Input, SelectionList, Static  # noqa: E402
 from tui_pilot import (  # noqa: E402
     CEILING_S,
@@ -42,7 +43,6 @@ from doctor.tui.launch import LaunchScreen  # noqa: E402
 from doctor.tui.report import ReportScreen  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples"
 LISTED = re.compile(r"^  (safe|unsafe|manual)\s+(\S+)\s+.*?(?:\((manual steps|needs --unsafe|nothing to do|"
                     r"cannot apply here)\))?$")
 
@@ -145,7 +145,7 @@ def test_after_apply_and_undo_the_list_is_planned_afresh(job: Path) -> None:
     assert not any(s == "safe" for s, _ in seen["applied"][0]), seen  # applied: no safe remedy left to offer
     assert seen["lnc002"][0] == Status.PASS, seen["lnc002"]  # the warm-up was applied with the rest
     assert seen["undone"][0] == first_offered  # the undone remedies come back...
-    assert seen["summary"].startswith(f"{len(first_offered)} remedies to apply")  # ...and the count with them
+    assert f" of {len(first_offered)} remedies selected to apply" in seen["summary"]  # ...and the count with them
 
 
 def test_an_undo_while_the_plan_after_an_apply_is_made_shows_the_undone_plan(
@@ -323,7 +323,7 @@ def test_the_palette_finds_checks_by_id_and_the_timeline(job: Path) -> None:
 
     run_app(app, body)
     assert opened[0] == "SCP002"
-    assert opened[1].startswith("(no time breakdown:")  # no traces in this folder: said, not a traceback
+    assert opened[1].startswith("No Score-P measurement in")  # no traces in this folder: said, not a traceback
 
 
 def test_the_launch_form_fields_are_labelled(job: Path) -> None:

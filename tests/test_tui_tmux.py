@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from examples_util import EXAMPLES
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "scorep-ddp-broken"
+EXAMPLE = EXAMPLES / "scorep-ddp-broken"
 
 CEILING_S = 240.0  # a quiet machine needs a few seconds for the slowest step
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
@@ -98,17 +99,17 @@ def test_the_app_in_tmux_open_fix_apply_undo_export_resize_quit(terminal: Termin
     t.wait_for("NOT READY")
 
     t.key("f")
-    screen = t.wait_for("remedies to apply")
+    screen = t.wait_for("remedies selected to apply")
     assert re.search(r"▐X▌ \[safe\] cuda-warmup", screen), screen  # the same plan as `gpu-doctor fix`
     assert re.search(r"▐ ▌ \[unsafe\] per-rank-launch", screen), screen  # unselected: an empty box
-    offered = screen.split("remedies to apply")[0].split()[-1]
+    offered = screen.split("remedies selected to apply")[0].split()[-1]
     t.key("a")
     t.wait_for("Apply 5 remedies")
     t.key("y")
     screen = t.wait_for("cuda-warmup: verified")
     t.key("u")
     t.wait_for("undone")
-    screen = t.wait_for(f"{offered} remedies to apply")  # the undone remedies are back, and counted
+    screen = t.wait_for(f"{offered} remedies selected to apply")  # the undone remedies are back, and counted
     assert re.search(r"▐X▌ \[safe\] cuda-warmup", screen), screen
 
     t.key("Escape")

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from examples_util import EXAMPLES
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "scorep-ddp-broken"
+EXAMPLE = EXAMPLES / "scorep-ddp-broken"
 
 
 def gpu_doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

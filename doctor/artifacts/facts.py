@@ -3,7 +3,9 @@
 `experiments` (an `Experiments`): every Score-P experiment folder under the job
 folder with its scorep.cfg and trace/profile definition summaries.
 `logscan` (a `LogScan`, a list): `{"signature", "file", "line", "text", "values"}`
-per match of a known failure message in the job's logs (`--log` overrides discovery).
+per match of a known failure message in the job's logs (`--log` overrides discovery), and
+`run`: what the `gpu-doctor launch` run that wrote the log was started with (`scorep`, `cuda`,
+`node`: on this host), or None for a log with no launch record (the job script's run).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from doctor.artifacts.discover import discover
 from doctor.artifacts.experiments import Experiments, summarize
 from doctor.artifacts.logscan import LogScan, discover_logs, scan_logs
+from doctor.artifacts.runrecord import RunRecord, record_for_log
 from doctor.facts import ProbeContext, ProbeTimeout, provider
 
 
@@ -32,19 +35,31 @@ def experiments(ctx: ProbeContext) -> Experiments:
     return summarize(str(root), dirs, ctx.limit(), isolated=_root_only(ctx))
 
 
+def _log_paths(ctx: ProbeContext) -> list[Path]:
+    """The job's logs: `--log` files, else the ones found in the job folder."""
+    case = ctx.case
+    if case.logs:
+        return [Path(p) for p in case.logs]
+    if case.root is not None and Path(case.root).is_dir():
+        return discover_logs(Path(case.root), follow_symlinks=not _root_only(ctx))
+    return []
+
+
 @provider("logscan", timeout=120.0, reads_user_files=True)
 def logscan(ctx: ProbeContext) -> LogScan:
     case = ctx.case
-    if case.logs:
-        paths = [Path(p) for p in case.logs]
-    elif case.root is not None and Path(case.root).is_dir():
-        paths = discover_logs(Path(case.root), follow_symlinks=not _root_only(ctx))
-    else:
-        paths = []
     try:
-        return scan_logs(paths, deadline=time.monotonic() + ctx.limit())
+        scan = scan_logs(_log_paths(ctx), deadline=time.monotonic() + ctx.limit())
     except TimeoutError as exc:
         raise ProbeTimeout(str(exc)) from None
+    records: dict[str, RunRecord | None] = {}
+    for match in scan:
+        folder = str(Path(match["file"]).parent)
+        if folder not in records:
+            records[folder] = record_for_log(match["file"])
+        record = records[folder]
+        match["run"] = record.preconditions(case.host) if record is not None else None
+    return scan
 
 
 @provider("collective_logs", timeout=120.0, reads_user_files=True)
@@ -55,13 +70,7 @@ def collective_logs(ctx: ProbeContext) -> Any:
     from doctor.hang.logs import scan
 
     case = ctx.case
-    if case.logs:
-        paths = [Path(p) for p in case.logs]
-    elif case.root is not None and Path(case.root).is_dir():
-        paths = discover_logs(Path(case.root), follow_symlinks=not _root_only(ctx))
-    else:
-        paths = []
-    found = scan(paths)
+    found = scan(_log_paths(ctx))
     if case.root is not None and Path(case.root).is_dir():
         rank_logs = launch_logs(Path(case.root), follow_symlinks=not _root_only(ctx))
         if rank_logs:

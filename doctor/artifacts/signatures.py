@@ -143,8 +143,10 @@ def signature_outcome(signature: str, matches: list[dict[str, Any]]) -> Outcome:
           for m in matches[:EVIDENCE_LINES]]
     if len(matches) > EVIDENCE_LINES:
         ev.append(Evidence(f"... and {count(len(matches) - EVIDENCE_LINES, 'more line')}"))
+    runs = [m.get("run") for m in matches]
     data = {"signature": signature, "count": len(matches),
-            "check": SIGNATURE_CHECKS.get(signature, ("",))[0], **data}
+            "check": SIGNATURE_CHECKS.get(signature, ("",))[0], **data,
+            "runs": [r for i, r in enumerate(runs) if r not in runs[:i]]}
     make = warn if signature in WARN_ONLY else fail
     return make(f"{message} [{count(len(matches), 'line')}]", ev, remedies_for(signature),
                 entities={"signature": signature}, data=data)

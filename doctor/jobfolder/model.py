@@ -200,6 +200,13 @@ class Spawner:
     wrapper_script: str | None = None  # for kind == wrapper-script
     mixed_precision: str | None = None  # accelerate --mixed_precision
 
+    @property
+    def name(self) -> str:
+        """The launcher in the user's words: `torchrun`, or the wrapper script by its file name."""
+        if self.kind == "wrapper-script" and self.wrapper_script:
+            return f"{os.path.basename(self.wrapper_script)} (torch.distributed.run)"
+        return self.kind
+
 
 @dataclass(frozen=True)
 class Launch:

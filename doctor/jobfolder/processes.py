@@ -15,6 +15,7 @@ from typing import Any
 
 from doctor.jobfolder.model import Command, EnvVar, Job, Launch
 from doctor.jobfolder.queries import layout, multi_rank, ranks
+from doctor.wording import count
 
 # The environment values checks read; the others are not shown.
 SHOWN_ENV = ("SCOREP_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -93,8 +94,28 @@ def command_json(job: Job, cmd: Command) -> dict[str, Any]:
         "module": program.training_target if program is not None and program.kind == "module" else None,
         "env_used": {k: _env_json(job, v) for k, v in sorted(cmd.env.items()) if _shown(k)},
         "placeholders": placeholders(job, cmd),
+        "steps": _steps(job, cmd, program),
         "children": [],
     }
+
+
+def _steps(job: Job, cmd: Command, program: Launch | None) -> list[str]:
+    """What starts what, in the order it runs: srun → python -m scorep → the launcher → the program."""
+    steps = [w.name for w in cmd.wrappers]
+    launch = cmd.launch
+    while launch is not None:
+        if launch.scorep is not None:
+            steps.append(" ".join(["python -m scorep", *launch.scorep.flags]))
+        if launch.spawner is not None:
+            steps.append(launch.spawner.name)
+        launch = launch.inner
+    if program is not None and program.training_script:
+        steps.append(job.rel(program.training_script))
+    elif program is not None and (program.training_target or program.target):
+        steps.append(str(program.training_target or program.target))
+    else:
+        steps.append(" ".join(cmd.argv[:3]))
+    return steps
 
 
 def processes(job: Job) -> list[dict[str, Any]]:
@@ -155,17 +176,10 @@ def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -
         if n["kind"] == "script":
             out.append(f"{pad}{n['file']} (job script)")
         else:
-            parts = [f"{n['file']}:{n['line']}"]
-            if n["wrappers"]:
-                parts.append(" → ".join(n["wrappers"]))
-            if n["launcher"]:
-                parts.append(n["launcher"])
-            if n["measured"]:
-                parts.append("python -m scorep " + " ".join(n["scorep_flags"]))
-            parts.append(n["program"] or n["target"] or " ".join(n["argv"][:3]))
+            how_many = count(n["ranks"], "rank") if n["ranks"] else "? ranks"
             over = f" on {n['nodes']} nodes" if (n.get("nodes") or 1) > 1 else ""
-            out.append(f"{pad}- " + " → ".join(p for p in parts if p) + f"  [{n['ranks'] or '?'} rank(s){over}: "
-                       f"{n['ranks_how']}]")
+            out.append(f"{pad}- {n['file']}:{n['line']} runs " + " → ".join(p for p in n["steps"] if p)
+                       + f"  [{how_many}{over}: {n['ranks_how']}]")
             for name, v in n["env_used"].items():
                 where = f"{v['file']}:{v['line']}" if v["file"] else "inherited"
                 value = v["value"] if v["value"] is not None else f"{v['raw']} (known when it runs)"

@@ -99,12 +99,12 @@ def ranks(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
 def _ranks_on_a_node(job: Job, cmd: Command, launch: Launch) -> tuple[int | None, str]:
     outer = cmd.launch
     if outer is not None and outer.inner is launch and outer.spawner is not None:
-        return outer.spawner.nproc, f"{outer.spawner.kind} --nproc_per_node={outer.spawner.nproc_text}"
+        return outer.spawner.nproc, f"{outer.spawner.name} --nproc_per_node={outer.spawner.nproc_text}"
     spawned = spawned_by(cmd)
     if spawned is not None:
         return spawned
     if launch.spawner is not None:
-        return launch.spawner.nproc, f"{launch.spawner.kind} --nproc_per_node={launch.spawner.nproc_text}"
+        return launch.spawner.nproc, f"{launch.spawner.name} --nproc_per_node={launch.spawner.nproc_text}"
     n = cmd.tasks
     if cmd.loop is not None and cmd.background:
         return n, f"{_loop_words(cmd)} at line {cmd.loop.site.line}"
@@ -123,7 +123,7 @@ def spawned_by(cmd: Command) -> tuple[int | None, str] | None:
     sp = parent.launch.spawner if parent is not None and parent.launch is not None else None
     if parent is None or sp is None:
         return None
-    return sp.nproc, (f"{sp.kind} --no-python at {os.path.basename(parent.site.file)}:{parent.site.line} "
+    return sp.nproc, (f"{sp.name} --no-python at {os.path.basename(parent.site.file)}:{parent.site.line} "
                       f"runs it in each of {sp.nproc_text or '?'} workers")
 
 
@@ -143,7 +143,7 @@ def multi_rank(job: Job, cmd: Command, launch: Launch) -> tuple[bool, str]:
     if outer is not None and outer.inner is launch and outer.spawner is not None:
         n = outer.spawner.nproc
         return (n is None or n > 1 or lay.several_nodes), (
-            f"{outer.spawner.kind} --no-python starts {outer.spawner.nproc_text or '?'} instrumented workers{over}")
+            f"{outer.spawner.name} --no-python starts {outer.spawner.nproc_text or '?'} instrumented workers{over}")
     spawned = spawned_by(cmd)
     if spawned is not None:
         return (spawned[0] is None or spawned[0] > 1 or lay.several_nodes), spawned[1] + over

@@ -58,7 +58,7 @@ def build_parser() -> Parser:
                    help=f"flags for python -m scorep (default: {' '.join(DEFAULT_SCOREP_FLAGS)!r})")
     p.add_argument("--python", metavar="P", help="the job's interpreter (default: the current one)")
     p.add_argument("--workdir", metavar="D", default=".", help="the folder the ranks run in (default: .)")
-    p.add_argument("--run-dir", metavar="D", help="where logs go (default: WORKDIR/.gpu-doctor/runs/TIME)")
+    p.add_argument("--run-dir", metavar="D", help="where logs go (default: .gpu-doctor/runs/TIME in the script's folder)")
     p.add_argument("--no-warmup", action="store_true", help="skip the CUDA warm-up")
     p.add_argument("--warmup-budget", type=positive_float, default=300.0, metavar="S",
                    help="how long the warm-up may retry (default 300)")

@@ -19,6 +19,7 @@ import os
 import queue
 import select
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -52,7 +53,7 @@ from doctor.launch.events import (
 )
 from doctor.launch.output import LineSplitter
 from doctor.launch.progress import Progress, merge_progress, parse_progress
-from doctor.launch.spec import LaunchSpec, RankPlan, default_run_dir, free_port, plan_ranks
+from doctor.launch.spec import LaunchSpec, RankPlan, default_run_dir, free_port, job_folder, plan_ranks
 from doctor.launch.warmup import WarmupResult, run_warmup
 from doctor.wording import count
 
@@ -93,7 +94,7 @@ class Launcher:
 
     def __init__(self, spec: LaunchSpec, on_event: Callable[[Event], None] | None = None):
         self.spec = spec
-        self.run_dir = Path(spec.run_dir) if spec.run_dir else default_run_dir(spec.workdir)
+        self.run_dir = Path(spec.run_dir) if spec.run_dir else default_run_dir(job_folder(spec))
         self.master_port = spec.master_port or 0
         self.plans: list[RankPlan] = []
         self.summary: RunSummary | None = None
@@ -347,6 +348,7 @@ class Launcher:
         doc = {"spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.spec).items()
                         if k != "env"},
                "master": self.master,
+               "host": socket.gethostname(),
                "processes": [{"ranks": list(p.ranks), "argv": list(p.argv)} for p in self._procs],
                "nodes": {str(r): n for r, n in sorted(self._nodes.items())},
                "ranks": [{"rank": p.rank, "argv": list(p.argv), "env": dict(p.rank_env),

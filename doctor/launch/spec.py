@@ -46,7 +46,7 @@ class LaunchSpec:
     grace_s: float = 5.0                          # after a rank fails, before the others are stopped
     kill_after_s: float = 5.0                     # after SIGTERM, before SIGKILL
     rendezvous_timeout_s: float | None = 300.0
-    run_dir: Path | None = None                   # default <workdir>/.gpu-doctor/runs/<timestamp>
+    run_dir: Path | None = None                   # default <script's folder>/.gpu-doctor/runs/<timestamp>
     nnodes: int = 1
     slurm_hosts: tuple[str, ...] = ()             # set: launch through srun over these hosts
     socket_ifname: str = "auto"                   # across nodes: auto (route to MASTER_ADDR), off, or a name
@@ -123,7 +123,7 @@ def rank_env(spec: LaunchSpec, rank: int, master_port: int, base: Mapping[str, s
         "MASTER_PORT": str(master_port),
     }
     if spec.instrumented:
-        env["SCOREP_EXPERIMENT_DIRECTORY"] = experiment_dir(rank)
+        env["SCOREP_EXPERIMENT_DIRECTORY"] = experiment_path(spec, rank)
         memory = total_memory_to_set(spec, base)
         if memory:
             env["SCOREP_TOTAL_MEMORY"] = memory
@@ -161,6 +161,22 @@ def memory_warning(spec: LaunchSpec, base: Mapping[str, str]) -> str | None:
         return None
     return (f"{verdict.reason} (SCP009); unset it to let gpu-doctor set {PROPOSED} per rank, or set "
             f"SCOREP_TOTAL_MEMORY={PROPOSED}")
+
+
+def job_folder(spec: LaunchSpec) -> Path:
+    """The folder of the training script: where `gpu-doctor --check-only` and post-run look for the
+    run's record, also when the launch was started from a folder above it (`-- job/train.py`)."""
+    script = Path(spec.workdir) / spec.script
+    return script.parent.resolve() if script.is_file() else Path(spec.workdir)
+
+
+def experiment_path(spec: LaunchSpec, rank: int) -> str:
+    """SCOREP_EXPERIMENT_DIRECTORY of a rank: `scorep_rank_N` in the ranks' folder, or, for a launch
+    started above the job folder, that folder's `scorep_rank_N` (where post-run on the job looks)."""
+    folder = job_folder(spec)
+    if folder == Path(spec.workdir).resolve():
+        return experiment_dir(rank)
+    return str(folder / experiment_dir(rank))
 
 
 def default_run_dir(workdir: Path, now: dt.datetime | None = None) -> Path:

@@ -13,7 +13,7 @@ from typing import Any
 
 from doctor.case import Case
 from doctor.launch.events import RunSummary
-from doctor.launch.spec import LaunchSpec, experiment_dir
+from doctor.launch.spec import LaunchSpec, experiment_dir, job_folder
 from doctor.model import CheckResult, Status
 from doctor.wording import count
 
@@ -114,8 +114,8 @@ def cuda_recorded(spec: LaunchSpec, results: tuple[CheckResult, ...]) -> str:
 
 def verify(spec: LaunchSpec, summary: RunSummary, started_wall: float,
            budget_s: float = 60.0) -> Verification:
-    folders = tuple(rank_folder(spec.workdir, r, started_wall) for r in range(summary.world_size))
-    case = Case(root=spec.workdir, env=spec.base_env(), python=spec.python,
+    folders = tuple(rank_folder(job_folder(spec), r, started_wall) for r in range(summary.world_size))
+    case = Case(root=job_folder(spec), env=spec.base_env(), python=spec.python,
                 logs=tuple(Path(r.log_path) for r in summary.ranks),
                 options={"launch": {"world_size": summary.world_size, "instrument": spec.instrument,
                                     "scorep_flags": list(spec.scorep_flags),

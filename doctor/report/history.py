@@ -101,7 +101,7 @@ def last_launch(dirs: Iterable[Path]) -> dict[str, Any]:
     record = _run_record(newest)
     if record is None:
         return {"path": str(newest), "ranks": [], "note": "N/A (the run record is missing or unreadable)"}
-    ranks = _ranks(first_field(record, "ranks", "rank_status", "processes"), newest)
+    ranks = _with_plan(_ranks(first_field(record, "ranks", "rank_status", "processes"), newest), newest)
     failing = first_field(record, "first_failed", "first_failing_rank", "first_failed_rank")
     if failing is None:
         bad = [r for r in ranks if r["exit_code"] not in (0, None)]
@@ -131,6 +131,27 @@ def hang_record(run_dir: Path) -> dict[str, Any] | None:
         groups = []
     return {"verdict": doc["verdict"], "diverged_ranks": list(doc.get("diverged_ranks") or []),
             "collective": doc.get("collective"), "groups": groups, "path": str(path)}
+
+
+def _with_plan(ranks: list[dict[str, Any]], run: Path) -> list[dict[str, Any]]:
+    """Host, duration and experiment folder of each rank from what the launch planned (launch.json
+    beside summary.json): the host it ran on, the Score-P folder it was given, and the time from the
+    start to its log's last write."""
+    plan = read_json(run / "launch.json") if run.is_dir() and (run / "launch.json").is_file() else None
+    if not isinstance(plan, Mapping):
+        return ranks
+    planned = {p.get("rank"): p for p in plan.get("ranks") or [] if isinstance(p, Mapping)}
+    started = (run / "launch.json").stat().st_mtime
+    for r in ranks:
+        p = planned.get(r["rank"]) or {}
+        env: Mapping[str, Any] = p["env"] if isinstance(p.get("env"), Mapping) else {}
+        if not r.get("host"):
+            r["host"] = (plan.get("nodes") or {}).get(str(r["rank"])) or plan.get("host")
+        if r.get("experiment_dir") is None and env.get("SCOREP_EXPERIMENT_DIRECTORY"):
+            r["experiment_dir"] = str(Path(str(p.get("cwd") or run), str(env["SCOREP_EXPERIMENT_DIRECTORY"])))
+        if r.get("duration_s") is None and r.get("log") and Path(str(r["log"])).is_file():
+            r["duration_s"] = round(max(0.0, Path(str(r["log"])).stat().st_mtime - started), 1)
+    return ranks
 
 
 def _run_record(path: Path) -> Any:

@@ -25,7 +25,7 @@ table { border-collapse:collapse; margin:.5rem 0 1rem; width:100%; }
 th, td { border:1px solid var(--line); padding:.25rem .5rem; text-align:left; vertical-align:top;
   overflow-wrap:break-word; }
 td.key { white-space:nowrap; }
-td code { overflow-wrap:anywhere; }
+td code { overflow-wrap:break-word; }  /* anywhere would let a narrow column wrap one character a line */
 th { background:var(--code); }
 pre { background:var(--code); padding:.6rem .8rem; overflow-x:auto; border-radius:4px; font-size:13px; }
 code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
@@ -162,8 +162,11 @@ def _scorep(doc: Mapping[str, Any]) -> str:
     sp = doc["scorep"]
     if not sp["available"]:
         return para(sp["note"])
+    summary = sp["config_summary"]
+    lines = len(summary.splitlines()) if summary else 0
     return para(f"scorep-config: {sp['scorep_config'] or 'N/A'}") + (
-        pre(sp["config_summary"]) if sp["config_summary"] else para("No config summary reported."))
+        f"<details><summary>scorep-info config-summary ({lines} lines)</summary>{pre(summary)}</details>"
+        if summary else para("No config summary reported."))
 
 
 def _gpus(doc: Mapping[str, Any]) -> str:

@@ -57,7 +57,7 @@ def job_interpreter(run: Run) -> tuple[str, str]:
     python = pick(fw, "python") if fw is not None else None
     python = python or (pick(sp, "python") if sp is not None else None) or run.case.job_python
     if run.case.python:
-        return python, "--python"
+        return python, str(run.case.options.get("python_from") or "--python")
     job = run.facts.peek("job")
     named = None if isinstance(job, ProbeFailure) or job is None else pick(job, "python")
     if python == sys.executable:

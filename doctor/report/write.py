@@ -108,6 +108,18 @@ def write_report(case: Case, target: Path, settings: ReportSettings,
     return Written(target, fmt, len(data), code, redactor.enabled, sum(doc["redaction"]["counts"].values()))
 
 
+def with_launch_python(case: Case) -> Case:
+    """Without --python, the interpreter the job folder's last `gpu-doctor launch` ran (its launch.json):
+    the job script's `python` looked up on this PATH may be another one, without torch."""
+    from doctor.artifacts.runrecord import latest_run
+
+    record = None if case.python else latest_run(case.root)
+    if record is None or not record.python or not Path(record.python).is_file():
+        return case
+    return dataclasses.replace(case, python=record.python,
+                               options={**case.options, "python_from": f"the last gpu-doctor launch ({record.path})"})
+
+
 def make_report(case: Case, settings: ReportSettings, fmt: str, preset_facts: dict[str, Any] | None = None
                 ) -> tuple[int, dict[str, Any], Redactor, list[bundle.BundleFile]]:
     """Run the checks and build the redacted document (and, for a bundle, its extra files)."""
@@ -124,6 +136,7 @@ def make_report(case: Case, settings: ReportSettings, fmt: str, preset_facts: di
     if level >= 2:
         check_ids += [c for c in playbook.active_checks if c not in check_ids]
     case = dataclasses.replace(case, level=level)
+    case = with_launch_python(case)
     if not settings.quiet:
         print(f"gpu-doctor report: {count(len(check_ids), 'check')} ({playbook.name}) on {case.host}", file=sys.stderr)
     run = run_checks(case, check_ids, budget_s=settings.budget_s, playbook=playbook.name, mode="report",

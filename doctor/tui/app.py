@@ -17,7 +17,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.command import Hit, Hits, Provider
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
@@ -50,10 +50,10 @@ class ChecksDone(Message):
 class DoctorCommands(Provider):
     """Command palette entries for the main actions."""
 
-    async def search(self, query: str) -> Hits:
+    def actions(self) -> list[tuple[str, Callable[[], Any], str]]:
         app = self.app
         assert isinstance(app, DoctorApp)
-        entries: list[tuple[str, Callable[[], Any], str]] = [
+        return [
             ("Re-run checks", app.action_rerun, "Run every check of the playbook again"),
             ("Fix: preview and apply remedies", app.action_fix, "Choose remedies, preview diffs, apply"),
             ("Undo applied remedies", app.action_undo, "Restore files from the journal"),
@@ -63,6 +63,16 @@ class DoctorCommands(Provider):
             ("Export a report", app.action_report, "Write a redacted report file"),
             ("Help: keys", app.action_help, "Every key of this screen"),
         ]
+
+    async def discover(self) -> Hits:
+        """What an empty palette shows first: gpu-doctor's own actions (checks are found by typing an ID)."""
+        for name, action, help_text in self.actions():
+            yield DiscoveryHit(name, action, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        app = self.app
+        assert isinstance(app, DoctorApp)
+        entries = self.actions()
         from doctor.runner import order_checks
 
         for chk in order_checks(app.playbook_checks()):  # every check by its ID: "SCP002"

@@ -24,7 +24,9 @@ def diagnosis_renderable(diagnosis: Diagnosis | None) -> RenderableType:
         return Text("")
     lines: list[RenderableType] = []
     for root in diagnosis.root_causes:
-        line = Text.assemble(("root cause ", "bold"), problem_text(root.problem), ": ", shown(root.problem.message[:90], one_line=True))
+        # As wide as the terminal, each line cut with an ellipsis only where the screen ends.
+        line = Text.assemble(("root cause ", "bold"), problem_text(root.problem), ": ",
+                             shown(root.problem.message, one_line=True), no_wrap=True, overflow="ellipsis")
         line.append("\n    explains: ", style="dim")
         line.append_text(Text(", ").join(problem_text(s.problem) for s in root.symptoms))
         lines.append(line)

@@ -20,7 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.strip import Strip
-from textual.widgets import Button, Checkbox, Footer, Header, Label, SelectionList, Static
+from textual.widgets import Button, Checkbox, Footer, Header, SelectionList, Static
 from textual.widgets.option_list import OptionDoesNotExist
 from textual.widgets.selection_list import Selection
 from textual.worker import Worker, get_current_worker
@@ -97,7 +97,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="report-form"):
-            yield Label(self.question)
+            yield Static(Text(self.question), id="confirm-question")  # wraps: the whole list is shown
             with Horizontal():
                 yield Button("Apply (y)", variant="warning", id="yes")
                 yield Button("Cancel (n)", id="no")
@@ -207,20 +207,24 @@ class FixScreen(Screen[bool]):
         offered = self.offered()
         for rp in offered:
             sel.add_option(Selection(remedy_label(rp), rp.remedy_id, rp.safety == Safety.SAFE))
-        safe = sum(rp.safety == Safety.SAFE for rp in offered)
-        manual = [rp for rp in self.manual() if rp.steps]
-        summary = (f"{count(len(offered), 'remedy')} to apply"
-                   + (f" ({safe} safe, preselected; unsafe ones edit your code)" if safe else "")
-                   + (f"; {count(len(manual), 'remedy needs', 'remedies need')} manual steps (below)"
-                      if manual else "")
-                   + ".  space: toggle  a: apply  u: undo")
-        if not offered:
-            summary = "Nothing to apply: every remedy here is applied or needs manual steps (below).  u: undo"
-        self.query_one("#fix-summary", Static).update(summary)
         self.show_preview()
         if offered:
             sel.highlighted = 0  # a visible cursor, so the first space or arrow acts on a row
             sel.focus()
+
+    def summary_text(self, chosen: set[str]) -> str:
+        """What is selected of what is offered: the count says what `a` would apply."""
+        offered = self.offered()
+        if not offered:
+            return "Nothing to apply: every remedy here is applied or needs manual steps (below).  u: undo"
+        safe = sum(rp.safety == Safety.SAFE for rp in offered)
+        manual = [rp for rp in self.manual() if rp.steps]
+        picked = sum(rp.remedy_id in chosen for rp in offered)
+        return (f"{picked} of {count(len(offered), 'remedy')} selected to apply"
+                + (f" (the {safe} safe ones preselected; unsafe ones edit your code)" if safe else "")
+                + (f"; {count(len(manual), 'remedy needs', 'remedies need')} manual steps (below)"
+                   if manual else "")
+                + ".  space: toggle  a: apply  u: undo")
 
     def manual(self) -> list[RemedyPlan]:
         """The remedies with steps to follow by hand (and unsafe ones that cannot apply here)."""
@@ -235,6 +239,7 @@ class FixScreen(Screen[bool]):
         if self.plan is None:
             return
         chosen = set(self.query_one("#fix-list", SelectionList).selected)
+        self.query_one("#fix-summary", Static).update(self.summary_text(chosen))
         parts: list[RenderableType] = []
         for rp in self.offered():
             if rp.remedy_id in chosen:
@@ -261,9 +266,10 @@ class FixScreen(Screen[bool]):
                 self.query_one("#fix-result", Static).update(f"applying {count(len(chosen), 'remedy')}…")
                 self.apply_worker(chosen)
 
-        self.app.push_screen(ConfirmScreen(f"Apply {count(len(chosen), 'remedy')}: "
-                                           f"{', '.join(chosen)}? "
-                                           "Backups and a journal go to .gpu-doctor/."), confirmed)
+        where = f"{self.case.root}/.gpu-doctor" if self.case.root else ".gpu-doctor"
+        self.app.push_screen(ConfirmScreen(f"Apply {count(len(chosen), 'remedy')}?\n"
+                                           + "".join(f"  {rid}\n" for rid in chosen)
+                                           + f"Backups and a journal go to {where}/."), confirmed)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="fix", description="applying remedies")
     def apply_worker(self, chosen: list[str]) -> None:

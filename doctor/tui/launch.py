@@ -8,6 +8,7 @@ rank's new lines into the log pane in batches. The full logs are on disk.
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import time
 from collections import deque
@@ -37,6 +38,7 @@ from textual.widgets import (
 
 from doctor import sanitize
 from doctor.case import Case
+from doctor.launch.spec import DEFAULT_SCOREP_FLAGS, job_folder
 from doctor.tui.tickbox import Tickbox
 from doctor.wording import count
 
@@ -54,6 +56,26 @@ LAST_LINE_WIDTH = 80  # characters of a rank's last line in the table (the log p
 GPU_HISTORY = 60
 STATE_STYLE = {"pending": "dim", "starting": "cyan", "running": "bold cyan", "done": "green",
                "failed": "bold red", "killed": "magenta"}
+
+
+UNRESOLVED = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+
+
+def unresolved(words: list[str]) -> list[str]:
+    """The shell variables left in a command read from a job script (`$CKPT`): each once, in order."""
+    return list(dict.fromkeys(m.group(0) for w in words for m in UNRESOLVED.finditer(w)))
+
+
+def fold(lines: list[str], width: int) -> list[str]:
+    """Lines longer than the log pane, folded onto continuation lines: the pane does not wrap, and
+    the end of a long line (an exception's message) would be out of sight."""
+    if width < 20:
+        return lines
+    out: list[str] = []
+    for line in lines:
+        out.append(line[:width])
+        out += ["  " + line[i:i + width - 2] for i in range(width, len(line), width - 2)]
+    return out
 
 
 def labelled(widget: W, label: str) -> W:
@@ -151,9 +173,11 @@ class LaunchScreen(Screen[None]):
             yield labelled(Input(str(nproc), id="nproc", type="integer", max_length=3), "ranks")
             yield labelled(Input(str(self.options.extra.get("canary") or ""), id="canary", type="integer",
                                  max_length=5, placeholder="off"), "canary K")
-            yield labelled(Select([("uninstrumented", "none"), ("Score-P --cuda", "scorep")],
+            yield labelled(Select([("uninstrumented", "none"), ("Score-P", "scorep")],
                                   value=str(self.options.extra.get("instrument", "none")), id="instrument",
                                   allow_blank=False), "measurement")
+            yield labelled(Input(str(self.options.extra.get("scorep_flags", " ".join(DEFAULT_SCOREP_FLAGS))),
+                                 id="scorep-flags", placeholder="--cuda --thread=pthread"), "Score-P flags")
             yield Tickbox("CUDA warm-up", value=bool(self.options.extra.get("warmup", True)), id="warmup")
             yield Button("Start", variant="primary", id="start")
         yield DataTable(id="ranks", cursor_type="row")
@@ -172,6 +196,11 @@ class LaunchScreen(Screen[None]):
                                   ("last", "last line", LAST_LINE_WIDTH)):
             table.add_column(label, key=key, width=width)
         self.set_interval(REFRESH_S, self.refresh_view)
+        unset = unresolved(shlex.split(self.query_one("#command", Input).value))
+        if unset:
+            self.query_one("#launch-verdict", Static).update(Text(
+                f"{', '.join(unset)}: the job script sets it only when the job runs. Replace it in the command "
+                "with its value before Start.", style="bold yellow"))
 
     # -- starting ----------------------------------------------------------------
     @on(Button.Pressed, "#start")
@@ -193,6 +222,10 @@ class LaunchScreen(Screen[None]):
         words = shlex.split(self.query_one("#command", Input).value)
         if not words:
             raise ValueError("Give the training script (and its arguments).")
+        unset = unresolved(words)
+        if unset:
+            raise ValueError(f"{', '.join(unset)} in the command is known only when the job runs: "
+                             "replace it with its value (it would be passed literally).")
         nproc_text = self.query_one("#nproc", Input).value or "1"
         nproc = int(nproc_text)
         if not 1 <= nproc <= 256:
@@ -205,6 +238,7 @@ class LaunchScreen(Screen[None]):
                           canary_action=str(self.options.extra.get("canary_action", "fail")),
                           python=self.case.job_python, workdir=workdir,
                           instrument=str(self.query_one("#instrument", Select).value),
+                          scorep_flags=tuple(shlex.split(self.query_one("#scorep-flags", Input).value)),
                           warmup=self.query_one("#warmup", Tickbox).value,
                           grace_s=float(self.options.extra.get("grace_s", 5.0)),
                           stall_s=float(self.options.extra.get("stall_s", 300.0)),
@@ -279,7 +313,7 @@ class LaunchScreen(Screen[None]):
     def await_summary(self, launcher: Launcher, spec: Any) -> None:
         summary = launcher.wait()
         assert summary is not None
-        verdict = f"exit {summary.exit_code}: {summary.reason}"
+        verdict = f"exit {summary.exit_code}: {summary.reason}\nlogs and the run's record: {summary.run_dir}"
         failed = [r.rank for r in summary.ranks if r.state == "failed"]  # died, not stopped by us
         if failed:
             from doctor.launch.failures import rank_failures
@@ -296,7 +330,7 @@ class LaunchScreen(Screen[None]):
                     self.app.call_from_thread(lambda: self.query_one("#launch-verdict", Static).update(
                         f"{so_far}\nreading the traces: {line}"))
 
-                verdict += "\n" + timeline_text(spec.workdir, on_progress=progress)
+                verdict += "\n" + timeline_text(job_folder(spec), on_progress=progress)
         self.app.call_from_thread(self.run_finished, summary, verdict)
 
     def run_finished(self, summary: RunSummary, verdict: str) -> None:
@@ -307,6 +341,9 @@ class LaunchScreen(Screen[None]):
         self.refresh_view()
         style = "bold green" if summary.exit_code == 0 else "bold red"
         self.query_one("#launch-verdict", Static).update(Text(verdict, style=style))
+        # The verdict takes room from the log pane: keep its end (the exception's last line) in view.
+        log = self.query_one("#rank-log", Log)
+        self.call_after_refresh(log.scroll_end, animate=False)
 
     # -- live view ---------------------------------------------------------------
     def refresh_view(self) -> None:
@@ -359,7 +396,9 @@ class LaunchScreen(Screen[None]):
             status = self.launcher.statuses()[rank] if self.launcher else None
             where = f" (full log: {status.log_path})" if status and status.log_path else ""
             lines.insert(0, f"… {count(new - take, 'line')} skipped{where}")
-        self.query_one("#rank-log", Log).write_lines([sanitize.shown(line, one_line=True) for line in lines])
+        log = self.query_one("#rank-log", Log)
+        log.write_lines(fold([sanitize.shown(line, one_line=True) for line in lines],
+                             log.scrollable_content_region.width))
 
     def update_gpus(self) -> None:
         if self.gpu_monitor is None:
@@ -396,7 +435,8 @@ class LaunchScreen(Screen[None]):
         log = self.query_one("#rank-log", Log)
         log.clear()
         buf = self.buffers.get(rank, deque())
-        log.write_lines([sanitize.shown(line, one_line=True) for line in list(buf)[-LOG_MAX_LINES:]])
+        log.write_lines(fold([sanitize.shown(line, one_line=True) for line in list(buf)[-LOG_MAX_LINES:]],
+                             log.scrollable_content_region.width))
         self.shown[rank] = 0
 
     # -- stopping ----------------------------------------------------------------

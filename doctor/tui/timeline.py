@@ -38,10 +38,14 @@ class TimelineScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="timeline",
           description="reading the traces for the time breakdown")
     def timeline_worker(self) -> None:
+        from doctor.artifacts.discover import discover
         from doctor.tui.launch import timeline_text
 
-        width = max(80, self.app.size.width - 4)
-        text = timeline_text(self.folder, width=width)
+        if not discover(self.folder):
+            text = (f"No Score-P measurement in {self.folder} yet: nothing has run here under Score-P. "
+                    "Press l and choose Score-P to make one; the time breakdown reads the traces it leaves.")
+        else:
+            text = timeline_text(self.folder, width=max(80, self.app.size.width - 4))
         self.app.call_from_thread(self.show, text)
 
     def show(self, text: str) -> None:
