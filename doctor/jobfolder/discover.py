@@ -217,14 +217,26 @@ class JobBuilder:
             loaded = probe.files.get(path)
             env.update(sbatch_exports(loaded.sbatch if loaded else ()))
             walker.run_file(path, ShellState(env, cwd), flow, "job")
-        commands = self._relink([self._link(c) for c in walker.commands], walker.commands)
+        walked, observed = walker.commands, None
+        if root is not None and self.case.options.get("observe"):
+            from doctor.observe import observe_commands
+
+            walked, observed = observe_commands(self.case, Job(root, tuple(walker.files.values()), tuple(walked)),
+                                                walker, self.planned)
+        commands = self._relink([self._link(c) for c in walked], walked)
         self._entries(commands, pys)
         trainer_args = self._trainer_args(commands, cwd)
         env, python = self._job_env(commands, base_env)
         ordered = sorted(self.scripts.values(), key=lambda s: ({"entry": 0, "launcher": 1, "module": 2,
                                                                 "snippet": 3}.get(s.role, 4), s.path))
-        return Job(root, tuple(walker.files.values()), tuple(commands), tuple(ordered), tuple(trainer_args),
-                   tuple(self.notes), env, python)
+        job = Job(root, tuple(walker.files.values()), tuple(commands), tuple(ordered), tuple(trainer_args),
+                  tuple(self.notes), env, python)
+        if observed is not None:
+            job = replace(job, reading=observed.line, differences=tuple(observed.differences),
+                          observed_notes=tuple(observed.notes))
+        elif root is not None and self.case.options.get("observe") is False:
+            job = replace(job, reading="static reading only (--no-observe)")
+        return job
 
     @staticmethod
     def _relink(linked: list[Command], walked: list[Command]) -> list[Command]:

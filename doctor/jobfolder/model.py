@@ -245,6 +245,7 @@ class Command:
     cwd: str | None = None
     statement_line: int = 0  # the top-level statement of its file it runs in (a loop, an if...)
     shell_refs: tuple[str, ...] = ()  # the script's own unexported variables its words read (`$overrides`)
+    read: str = "static"  # which reading produced it: "static", or "observed" (bash ran it; doctor.observe)
 
     def word_at(self, index: int) -> Word | None:
         return self.argv_words[index] if 0 <= index < len(self.argv_words) else None
@@ -433,6 +434,9 @@ class Job:
     notes: tuple[Note, ...] = ()
     env: Mapping[str, EnvVar] = field(default_factory=dict)
     python: str | None = None  # the interpreter the job runs (first launch), when found
+    reading: str = "static"  # how the launch was read: one line (doctor.observe)
+    differences: tuple[Mapping[str, Any], ...] = ()  # where the observed reading differs from the static one
+    observed_notes: tuple[str, ...] = ()  # how the observed reading went (stopped, output cut, module missing)
 
     def script(self, path: str | None) -> PyScript | None:
         if path is None:

@@ -91,6 +91,7 @@ def command_json(job: Job, cmd: Command) -> dict[str, Any]:
         "module": program.training_target if program is not None and program.kind == "module" else None,
         "env_used": {k: _env_json(job, v) for k, v in sorted(cmd.env.items()) if _shown(k)},
         "placeholders": placeholders(job, cmd),
+        "read": cmd.read,
         "children": [],
     }
 
@@ -141,7 +142,8 @@ def unresolved(job: Job) -> list[dict[str, Any]]:
 
 
 def job_json(job: Job) -> dict[str, Any]:
-    return {"processes": processes(job), "unresolved": unresolved(job)}
+    return {"processes": processes(job), "unresolved": unresolved(job), "reading": job.reading,
+            "differences": [dict(d) for d in job.differences], "observed_notes": list(job.observed_notes)}
 
 
 def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -> list[str]:
@@ -161,7 +163,7 @@ def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -
                 parts.append("python -m scorep " + " ".join(n["scorep_flags"]))
             parts.append(n["program"] or n["target"] or " ".join(n["argv"][:3]))
             out.append(f"{pad}- " + " → ".join(p for p in parts if p) + f"  [{n['ranks'] or '?'} rank(s): "
-                       f"{n['ranks_how']}]")
+                       f"{n['ranks_how']}]{' (observed)' if n.get('read') == 'observed' else ''}")
             for name, v in n["env_used"].items():
                 where = f"{v['file']}:{v['line']}" if v["file"] else "inherited"
                 value = v["value"] if v["value"] is not None else f"{v['raw']} (known when it runs)"
@@ -171,6 +173,11 @@ def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -
         for child in n["children"]:
             out.extend(launch_lines(job, child, depth + 1))
     if depth == 0 and node is None:
+        out.insert(0, f"read: {job.reading}")
+        for d in job.differences:
+            out.append(f"the readings differ at {job.rel(str(d['file']))}:{d['line']}: {d['what']}: static "
+                       f"{d['static']!r}, observed {d['observed']!r}{' (' + str(d['why']) + ')' if d.get('why') else ''}")
+        out.extend(f"observed reading: {n}" for n in job.observed_notes)
         for u in unresolved(job):
             out.append(f"not followed: {u['file']}:{u['line']}: {u['text']}")
     return out
