@@ -38,7 +38,7 @@ def observe_commands(case: Case, job: Job, walker: Any, planned: Mapping[str, by
     obs = Observation(reading.line, notes=[text for _file, text in reading.notes])
     if reading.sandbox is None or job.root is None:
         return commands, obs
-    merger = Merger(job.root, reading.base_env, walker.resolve, walker.resolve_module)
+    merger = Merger(job.root, reading.base_env, walker.resolve, walker.resolve_module, walker.generated)
     merged = merge(commands, reading.records, reading.complete, merger)
     obs.differences = merger.differences
     return merged, obs

@@ -34,7 +34,9 @@ def _shown(name: str) -> bool:
 
 
 class Merger:
-    def __init__(self, root: str, base_env: dict[str, str], resolve: Resolve, modules: Modules):
+    def __init__(self, root: str, base_env: dict[str, str], resolve: Resolve, modules: Modules,
+                 generated: dict[str, Span] | None = None):
+        self.generated = generated or {}  # scripts the job writes (`cat > task.sh <<'EOF'`): where the text is
         self.root = os.path.realpath(root)
         self.shown_root = root
         self.base_env = base_env
@@ -49,6 +51,14 @@ class Merger:
         if path == self.root or path.startswith(self.root + os.sep):
             path = self.shown_root + path[len(self.root):]
         return path
+
+    def place(self, rec_file: str, line: int, cwd: str) -> tuple[str, int]:
+        """Where a recorded line is written: a script the job generated is its here-document's lines."""
+        path = self.path(rec_file, cwd)
+        span = self.generated.get(path)
+        if span is not None and not os.path.exists(path):
+            return span.file, span.line + line - 1
+        return path, line
 
     def text(self, path: str, line: int) -> str:
         if path not in self.lines:
@@ -84,7 +94,7 @@ class Merger:
             varies = len(values) > 1
             where = first.sites.get(name)
             if where is not None:
-                site: Site | None = self.site(self.path(where[0], first.cwd), where[1])
+                site: Site | None = self.site(*self.place(where[0], where[1], first.cwd))
             elif self.base_env.get(name) == value or name.startswith(SIMULATED) or name in WORKER_VARS:
                 if old is not None:
                     env[name] = old  # inherited, or a stand-in the sandbox set
@@ -176,19 +186,30 @@ class Merger:
 
 
 def _same_argv(static: Command, argv: tuple[str, ...]) -> bool:
-    """The observed argv is the static one, or its end after wrappers real tools ran (exec, env, timeout),
-    with a word the static reading could not know standing for whatever bash made of it."""
-    words = static.argv_words if len(static.argv_words) == len(static.argv) else \
-        tuple(Word(a, Span("", 0, 0, 0, 0, 0, 0)) for a in static.argv)
-    if len(argv) > len(words):
-        return False
-    tail = words[len(words) - len(argv):]
-    if not all(not w.known or w.text == a for w, a in zip(tail, argv, strict=True)):
-        return False
-    if len(tail) == len(words):
-        return True
-    head = [w.text for w in words[:len(words) - len(argv)]]
-    return head[0] in ("exec", "command", "builtin") or not argvmod.strip_wrappers([*head, "x"])[1][1:]
+    """The observed argv is the static one, or its end after wrappers real tools ran (exec, env, timeout);
+    a word the static reading could not know (`"$@"`, `$RANDOM`) stands for whatever bash made of it."""
+    words = [(w.text, w.known) for w in static.argv_words] if len(static.argv_words) == len(static.argv) \
+        else [(a, True) for a in static.argv]
+    for skip in range(len(words) + 1):
+        head = [t for t, _k in words[:skip]]
+        if skip and head[0] not in ("exec", "command", "builtin") and argvmod.strip_wrappers([*head, "x"])[1][1:]:
+            continue
+        if _match(words[skip:], list(argv)):
+            return True
+    return False
+
+
+def _match(words: list[tuple[str, bool]], argv: list[str]) -> bool:
+    ok = [[False] * (len(argv) + 1) for _ in range(len(words) + 1)]  # ok[i][j]: words[i:] matches argv[j:]
+    ok[len(words)][len(argv)] = True
+    for i in range(len(words) - 1, -1, -1):
+        text, known = words[i]
+        for j in range(len(argv), -1, -1):
+            if known:
+                ok[i][j] = j < len(argv) and argv[j] == text and ok[i + 1][j + 1]
+            else:
+                ok[i][j] = any(ok[i + 1][k] for k in range(j, min(len(argv), j + 64) + 1))
+    return ok[0][0]
 
 
 def _env_text(var: EnvVar | None) -> str | None:
@@ -204,17 +225,23 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
     by_id = {r.id: r for r in records}
     observed = launches(records)
     for obs in observed:
-        obs.file = merger.path(obs.file, obs.head.cwd)
+        obs.file, obs.line = merger.place(obs.file, obs.line, obs.head.cwd)
+        if obs.head.approx:
+            near = [c for c in commands if c.site.file == obs.file and obs.line - 2 <= c.site.line <= obs.line + 8
+                    and c.launch is not None]
+            if near:
+                obs.line = min(near, key=lambda c: abs(c.site.line - obs.line)).site.line
     seen = {(o.file, o.line) for o in observed}
     out: list[Command] = []
     used: set[tuple[str, int]] = set()
-    ran = {merger.path(r.file, r.cwd) for r in records}
+    ran = {merger.place(r.file, r.line, r.cwd)[0] for r in records}
     for cmd in commands:
         key = (cmd.site.file, cmd.site.line)
         launching = cmd.launch is not None or any(w.name in TASK_WRAPPERS for w in cmd.wrappers)
         if key in seen and launching and key not in used:
             used.add(key)
-            obs = next(o for o in observed if (o.file, o.line) == key)
+            same = [o for o in observed if (o.file, o.line) == key]  # a srun and the `bash -c` it runs
+            obs = next((o for o in same if any(r.launches for r in o.runs)), same[0])
             out.append(merger.command(obs, cmd, by_id, cmd.flow, cmd.order))
         elif launching and key not in seen and complete.get(cmd.site.file) and cmd.site.file in ran and \
                 cmd.parent is None and not cmd.condition:

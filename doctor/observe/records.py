@@ -24,6 +24,7 @@ class Record:
     task: str
     background: bool
     argv: tuple[str, ...]
+    approx: bool  # in a `bash -c` string: the line is counted from its caller's, near the right one
     env: dict[str, str] = field(hash=False, compare=False)
     sites: dict[str, tuple[str, int]] = field(hash=False, compare=False)  # variable -> where it was set
 
@@ -33,14 +34,14 @@ class Record:
 
 
 def _site(text: str) -> tuple[str, int]:
-    path, _, line = text.rpartition(":")
+    path, _, line = text.rstrip("~").rpartition(":")
     try:
         return path, int(line)
     except ValueError:
         return text, 0
 
 
-def parse(data: bytes, rid: str) -> Record | None:
+def parse(data: bytes, rid: str, bindir: str = "") -> Record | None:
     fields = data.split(b"\0")
     if len(fields) < 10 or fields[0] != b"gd1":
         return None
@@ -49,7 +50,8 @@ def parse(data: bytes, rid: str) -> Record | None:
         own, argc = int(text[2]), int(text[8])
     except ValueError:
         return None
-    argv = tuple(text[9:9 + argc])
+    argv = tuple(os.path.basename(a) if bindir and a.startswith(bindir + "/") else a  # `$(which torchrun)`
+                 for a in text[9:9 + argc])
     env: dict[str, str] = {}
     for item in text[9 + argc:]:
         name, eq, value = item.partition("=")
@@ -60,14 +62,15 @@ def parse(data: bytes, rid: str) -> Record | None:
     for name, where in raw.items():
         sites[name] = _site(where)
     path, line = _site(text[3])
-    return Record(rid, text[1], own, path, line, text[4], text[5], text[6], text[7] == "1", argv, env, sites)
+    return Record(rid, text[1], own, path, line, text[4], text[5], text[6], text[7] == "1", argv,
+                  text[3].endswith("~"), env, sites)
 
 
 def fields_of(text: list[str], prefix: str) -> str:
     return next((t[len(prefix):] for t in text if t.startswith(prefix)), "")
 
 
-def read_all(recdir: str) -> tuple[list[Record], bool]:
+def read_all(recdir: str, bindir: str = "") -> tuple[list[Record], bool]:
     """The records in the order they were made, and whether some were left out (too many)."""
     names = sorted(n for n in os.listdir(recdir) if n.endswith(".rec"))
     cut = len(names) > MAX_RECORDS
@@ -78,7 +81,7 @@ def read_all(recdir: str) -> tuple[list[Record], bool]:
                 data = f.read(MAX_RECORD_BYTES)
         except OSError:
             continue
-        rec = parse(data, name[:-4])
+        rec = parse(data, name[:-4], bindir)
         if rec is not None:
             out.append(rec)
     return out, cut
@@ -104,11 +107,11 @@ def launches(records: list[Record]) -> list[Observed]:
     children: dict[str, list[Record]] = {}
     for r in records:
         children.setdefault(r.parent, []).append(r)
-    groups: dict[tuple[str, int], Observed] = {}
+    groups: dict[tuple[str, int, bool], Observed] = {}
     for rec in records:
         parent = by_id.get(rec.parent)
-        key = (rec.file, rec.line)
-        if parent is not None and (parent.file, parent.line) == key:
+        key = (rec.file, rec.line, rec.approx)
+        if parent is not None and (parent.file, parent.line, parent.approx) == key:
             continue  # a task of a wrapper on the same line: counted among that wrapper's runs
         obs = groups.get(key)
         if obs is None:
@@ -124,7 +127,7 @@ def _innermost(rec: Record, children: dict[str, list[Record]]) -> list[Record]:
     todo = [rec]
     while todo:
         cur = todo.pop(0)
-        below = [r for r in children.get(cur.id, []) if (r.file, r.line) == (rec.file, rec.line)]
+        below = [r for r in children.get(cur.id, []) if (r.file, r.line, r.approx) == (rec.file, rec.line, rec.approx)]
         if not below and cur.launches:
             found.append(cur)
         todo.extend(below)

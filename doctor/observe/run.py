@@ -94,7 +94,7 @@ def observe(case: Case, job: Job, planned: Mapping[str, bytes | None] | None = N
             out = sandbox.run(kind, root, copy, stage_dir, os.path.realpath(path), env, [bindir],
                               [os.path.join(stage_dir, "rec")], overlays, left,
                               os.path.join(stage_dir, f"out{len(reading.complete)}.log"))
-            reading.complete[path] = not out.timed_out and out.rc is not None
+            reading.complete[path] = out.rc == 0 and not out.timed_out
             if out.timed_out:
                 reading.notes.append((path, f"{rel} still running after {left:.1f} s: stopped; what it "
                                             "started until then is read"))
@@ -105,7 +105,7 @@ def observe(case: Case, job: Job, planned: Mapping[str, bytes | None] | None = N
             if out.output_cut:
                 reading.notes.append((path, f"{rel} wrote more than {sandbox.OUTPUT_BYTES // 2 ** 20} MiB: "
                                             "cut there"))
-        reading.records, cut = recmod.read_all(os.path.join(stage_dir, "rec"))
+        reading.records, cut = recmod.read_all(os.path.join(stage_dir, "rec"), bindir)
         if cut:
             reading.notes.append((job.root, f"more than {recmod.MAX_RECORDS} commands recorded: the rest "
                                             "not read"))

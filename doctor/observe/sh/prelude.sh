@@ -7,6 +7,7 @@
 declare -gA __gd_last=() __gd_site=()
 __GD_PREV=
 __gd_pwd0=$PWD  # a script started by a relative name is named from here
+__gd_cbase=${__GD_AT%\~}  # for `bash -c '...'`: the line of the command that started it
 export __GD_AT="${__GD_AT-}" __GD_SITES="${__GD_SITES-}"
 
 if [[ -n ${__GD_SITES} ]]; then  # what the calling shell knew: the variables it set, and where
@@ -38,9 +39,14 @@ __gd_debug() {
   [[ ${BASH_SOURCE[1]-} == "$GD_BIN"/* ]] && return 0  # our own functions (module, source)
   __gd_watch
   if [[ $PATH != "$GD_BIN" ]]; then __GD_USER_PATH=$PATH; PATH=$GD_BIN; fi  # every lookup meets a shim
-  __GD_AT="${BASH_SOURCE[1]-?}"
-  [[ $__GD_AT == /* ]] || __GD_AT=$__gd_pwd0/$__GD_AT
-  __GD_AT+=":${BASH_LINENO[0]-0}"
+  set +eu  # the cluster has what the sandbox lacks ($SCRATCH, a writable /scratch): read on, as there
+  __GD_AT="${BASH_SOURCE[1]-}"
+  if [[ -z $__GD_AT && $__gd_cbase == *:* ]]; then  # a -c string: lines counted from its caller's, about
+    __GD_AT="${__gd_cbase%:*}:$(( ${__gd_cbase##*:} + ${BASH_LINENO[0]:-1} - 1 ))~"
+  else
+    [[ $__GD_AT == /* ]] || __GD_AT=$__gd_pwd0/$__GD_AT
+    __GD_AT+=":${BASH_LINENO[0]-0}"
+  fi
   __GD_PREV=$__GD_AT
   return 0
 }
