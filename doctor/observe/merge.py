@@ -144,7 +144,10 @@ class Merger:
             loop = Loop(loop.var if loop else None, turns, loop.site if loop else self.site(obs.file, obs.line),
                         loop.kind if loop else "while")
         if static is not None and _same_argv(static, argv):
-            argv = static.argv  # what real tools on the line (exec, env, timeout) ran is not recorded
+            # the same command line: the static argv, words and launch stay (their indices and spans are
+            # what remedies edit; real tools on the line, exec, env, timeout, are not recorded)
+            argv, launch, wrappers, outer = static.argv, static.launch, list(static.wrappers), []
+            per_task = static.per_task
         words = tuple(static.argv_words) if static is not None and static.argv == argv else tuple(
             Word(a, static.span if static is not None and static.span else self.span(obs.file, obs.line))
             for a in argv)
