@@ -100,6 +100,10 @@ def observe(case: Case, job: Job, planned: Mapping[str, bytes | None] | None = N
                                             "started until then is read"))
             elif out.rc is None:
                 reading.notes.append((path, f"{rel}: {out.output_tail}"))
+            elif out.rc > 128 or out.rc < 0:
+                sig = out.rc - 128 if out.rc > 128 else -out.rc
+                why = {25: " (its error output passed the file size limit)", 9: " (killed)", 24: " (the CPU time limit)"}
+                reading.notes.append((path, f"{rel} ended by signal {sig}{why.get(sig, '')}"))
             elif out.rc != 0:
                 reading.notes.append((path, f"{rel} ended with exit status {out.rc}"))
             if out.output_cut:

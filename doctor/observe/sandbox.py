@@ -87,6 +87,7 @@ def _bwrap(root: str, copy: str, keep: list[str], rw: list[str], overlays: dict[
 
 _UNSHARE_SETUP = r"""
 set -e
+JOB_PATH=$PATH PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount --make-rprivate /
 mount --bind "$GD_COPY" "$GD_ROOTDIR"
 mount --bind "$GD_REC" "$GD_REC"
@@ -97,6 +98,7 @@ done
 mount -t tmpfs none "$GD_STAGE/empty" && for d in /var/tmp /dev/shm ${GD_HOME:-}; do
   [ -d "$d" ] && [ "$d" != / ] && mount --bind "$GD_STAGE/empty" "$d" || true; done
 cd "$GD_ROOTDIR"
+PATH=$JOB_PATH
 """
 
 
@@ -113,8 +115,10 @@ def run(kind: str, root: str, copy: str, stage: str, script: str, env: dict[str,
         rw: list[str], overlays: dict[str, str], seconds: float, log: str) -> Outcome:
     """Run `bash script` in the sandbox at `root` (which shows `copy`), within `seconds`."""
     home = env.get("HOME")
-    tail = ["/bin/bash", "--noprofile", "--norc", "-c", _limits(seconds) + 'exec /bin/bash --noprofile --norc "$0"',
-            script]
+    # BASH_ENV (the recording prelude) reaches the job's bash only, not the shells that set the sandbox up
+    tail = ["/bin/bash", "--noprofile", "--norc", "-c",
+            _limits(seconds) + 'BASH_ENV=$GD_BASH_ENV exec /bin/bash --noprofile --norc "$0"', script]
+    env = {k: v for k, v in env.items() if k != "BASH_ENV"} | {"GD_BASH_ENV": env.get("BASH_ENV", "")}
     extra: dict[str, str] = {}
     if kind == "bubblewrap":
         argv = _bwrap(root, copy, keep, rw, overlays, home) + tail
@@ -125,7 +129,7 @@ def run(kind: str, root: str, copy: str, stage: str, script: str, env: dict[str,
     timed_out = False
     with open(log, "wb") as out, open(env["GD_STDIN"], "rb") as stdin:
         try:
-            proc = subprocess.Popen(argv, stdin=stdin, stdout=out, stderr=subprocess.STDOUT, env={**env, **extra},
+            proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL, stderr=out, env={**env, **extra},
                                     cwd=stage, start_new_session=True)
         except OSError as exc:
             return Outcome(None, False, False, 0.0, f"cannot start the sandbox: {exc}")
