@@ -12,12 +12,13 @@ saw is dropped when bash ran that script to its end without starting it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from doctor.jobfolder import argv as argvmod
-from doctor.jobfolder.model import TASK_WRAPPERS, Command, EnvVar, Loop, Site, Span, Word, Wrapper
+from doctor.jobfolder.model import TASK_WRAPPERS, Command, EnvVar, Loop, Piece, Site, Span, Word, Wrapper
 from doctor.jobfolder.processes import SHOWN_ENV
 from doctor.observe.records import Observed, Record, launches
 
@@ -70,6 +71,41 @@ class Merger:
         lines = self.lines[path]
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
+    def literal(self, site: Site | None, value: str) -> Span | None:
+        """Where `value` is written on the line that set it, when it is there once, character for character
+        (`printf -v X '%s' 8G`, `read -r X <<< "8G"`, `ref=8G`): a remedy can edit it there."""
+        if site is None or not value or site.text.count(value) != 1:
+            return None
+        lines = self.lines.get(site.file) or []
+        col = site.text.index(value)
+        start = sum(len(x) + 1 for x in lines[:site.line - 1]) + col
+        return Span(site.file, start, start + len(value), site.line, col + 1, site.line, col + 1 + len(value))
+
+    def data_line(self, name: str, value: str) -> tuple[Site, Span] | None:
+        """The one line of a small text file in the job folder that gives NAME this value (`NAME=value`,
+        `NAME value`, `NAME: value`): where a script read it from data, or the string it `eval`s."""
+        pattern = re.compile(rf"(?<![\w$]){re.escape(name)}\s*[=:\s]\s*[\"']?({re.escape(value)})(?![\w.])")
+        hits: list[tuple[Site, Span]] = []
+        for path in self._data_files():
+            self.text(path, 1)
+            for n, text in enumerate(self.lines.get(path) or [], 1):
+                m = pattern.search(text)
+                if m:
+                    span = self.literal(Site(path, n, text), value)
+                    if span is not None:
+                        hits.append((Site(path, n, text), span))
+        return hits[0] if len(hits) == 1 else None
+
+    def _data_files(self) -> list[str]:
+        out: list[str] = []
+        for folder, dirs, files in os.walk(self.shown_root):
+            dirs[:] = [d for d in dirs if not d.startswith((".", "scorep")) and folder == self.shown_root]
+            for f in sorted(files):
+                path = os.path.join(folder, f)
+                if not f.endswith((".py", ".pyc")) and os.path.isfile(path) and os.path.getsize(path) < 65536:
+                    out.append(path)
+        return out[:50]
+
     def site(self, path: str, line: int) -> Site:
         return Site(path, line, self.text(path, line))
 
@@ -113,9 +149,13 @@ class Merger:
                     (old.varies == varies or old.value is None):
                 env[name] = old
                 continue
-            span = old.span if old is not None and old.site is not None and site is not None and \
-                old.site.line == site.line and old.site.file == site.file else None
-            env[name] = EnvVar(name, None if varies else value, value, site, True, varies=varies, span=span)
+            span = self.literal(site, value) if not varies else None
+            if span is None and not varies and value:
+                found = self.data_line(name, value)  # `while read`, `source <(sed ... profile)`: the data file
+                if found is not None:
+                    site, span = found
+            env[name] = EnvVar(name, None if varies else value, value, site, True, varies=varies, span=span,
+                               pieces=(Piece(value, span),) if span is not None else ())
             if _shown(name) and static is not None:
                 changed.append(name)
         return env, changed

@@ -43,6 +43,8 @@ __gd_debug() {
   __GD_AT="${BASH_SOURCE[1]-}"
   if [[ -z $__GD_AT && $__gd_cbase == *:* ]]; then  # a -c string: lines counted from its caller's, about
     __GD_AT="${__gd_cbase%:*}:$(( ${__gd_cbase##*:} + ${BASH_LINENO[0]:-1} - 1 ))~"
+  elif [[ $__GD_AT == /dev/fd/* || $__GD_AT == /proc/self/fd/* ]]; then
+    __GD_AT=${__gd_fdsite:-?:0}  # `source <(...)`: the line that sources it
   else
     [[ $__GD_AT == /* ]] || __GD_AT=$__gd_pwd0/$__GD_AT
     __GD_AT+=":${BASH_LINENO[0]-0}"
@@ -81,6 +83,7 @@ conda() {
 declare -gi __gd_sourcing=0
 __gd_source() {  # a readable file is sourced for real; a missing one (an env's activate) is noted
   if [[ $# -gt 0 && ( -r $1 || $1 == /dev/fd/* || $1 == /proc/self/fd/* ) ]]; then
+    [[ $1 == /dev/fd/* || $1 == /proc/self/fd/* ]] && __gd_fdsite=$__GD_AT
     if (( __gd_sourcing++ == 0 )); then  # the file's own declarations stay global, as at top level
       declare() { builtin declare -g "$@"; }
       typeset() { builtin declare -g "$@"; }
