@@ -124,6 +124,8 @@ def processes(job: Job) -> list[dict[str, Any]]:
                                       "sbatch": {o.name: o.value for o in f.sbatch} if f else {},
                                       "children": []}
         root["children"].append(node)
+    for root in roots.values():
+        root["read"] = "observed" if any(c.get("read") == "observed" for c in root["children"]) else "static"
     return list(roots.values())
 
 
