@@ -69,3 +69,19 @@ def test_the_node_playbooks_never_read_or_run_the_job(playbook: str, fake_node, 
     assert run.doc is not None, run.stderr
     assert "job" not in run.doc
     assert run.seconds < 30
+
+
+def test_the_report_says_how_the_launch_was_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from doctor.cli import main
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "job.sh").write_text("#!/bin/bash\nMEM=8G\nprintf -v SCOREP_TOTAL_MEMORY '%s' \"$MEM\"\n"
+                                "export SCOREP_TOTAL_MEMORY\nsrun -n 2 python -m scorep --cuda train.py\n")
+    (job / "train.py").write_text("print('hi')\n")
+    out = tmp_path / "report.md"
+    assert main(["report", str(job), "-o", str(out), "--no-redact"]) in (0, 1)
+    capsys.readouterr()
+    text = out.read_text()
+    assert "**How gpu-doctor read your launch**\n\nobserved: bash ran the job scripts in a sandbox" in text
+    assert "| job.sh:5 | observed | srun -n 2 python -m scorep --cuda train.py |" in text

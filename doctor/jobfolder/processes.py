@@ -145,7 +145,8 @@ def unresolved(job: Job) -> list[dict[str, Any]]:
 
 def job_json(job: Job) -> dict[str, Any]:
     return {"processes": processes(job), "unresolved": unresolved(job), "reading": job.reading,
-            "differences": [dict(d) for d in job.differences], "observed_notes": list(job.observed_notes)}
+            "differences": [{**d, "file": job.rel(str(d["file"]))} for d in job.differences],
+            "observed_notes": list(job.observed_notes)}
 
 
 def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -> list[str]:
