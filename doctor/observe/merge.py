@@ -83,8 +83,9 @@ class Merger:
 
     def data_line(self, name: str, value: str) -> tuple[Site, Span] | None:
         """The one line of a small text file in the job folder that gives NAME this value (`NAME=value`,
-        `NAME value`, `NAME: value`): where a script read it from data, or the string it `eval`s."""
-        pattern = re.compile(rf"(?<![\w$]){re.escape(name)}\s*[=:\s]\s*[\"']?({re.escape(value)})(?![\w.])")
+        `NAME value`, `NAME: value`, a modulefile's `setenv("NAME", "value")`): where a script read it from
+        data, or the string it `eval`s."""
+        pattern = re.compile(rf"(?<![\w$]){re.escape(name)}[\"']?\s*(?:[=:,]|\s)\s*[\"']?({re.escape(value)})(?![\w.])")
         hits: list[tuple[Site, Span]] = []
         for path in self._data_files():
             self.text(path, 1)
@@ -168,9 +169,14 @@ class Merger:
         wrappers, rest, _ops = argvmod.strip_wrappers(list(argv))
         if run is not head:
             rest = list(argvmod.strip_wrappers(list(run.argv))[1])
+            chain, cur = [], by_id.get(run.parent)
+            while cur is not None and cur.id != head.id:  # container wrappers between, on the same line
+                chain.insert(0, cur)
+                cur = by_id.get(cur.parent)
             names = {w.name for w in wrappers}
-            if head.tool not in names and head.tool not in TASK_WRAPPERS:
-                wrappers.append(Wrapper(head.tool, head.argv[:head.own]))
+            for r in [head, *chain]:
+                if argvmod.base(r.tool) not in names:
+                    wrappers.append(Wrapper(r.tool, r.argv[:r.own]))
         outer = self._outer(head, by_id)
         cwd = self.path(run.cwd, "/")
         launch = argvmod.interpret(rest, lambda p: self.resolve(p, cwd),
@@ -183,7 +189,7 @@ class Merger:
         if turns > 1 and (loop is None or loop.count != turns):
             loop = Loop(loop.var if loop else None, turns, loop.site if loop else self.site(obs.file, obs.line),
                         loop.kind if loop else "while")
-        if static is not None and _same_argv(static, argv):
+        if static is not None and _same_argv(static, argv) and (static.launch is not None or launch is None):
             # the same command line: the static argv, words and launch stay (their indices and spans are
             # what remedies edit; real tools on the line, exec, env, timeout, are not recorded)
             argv, launch, wrappers, outer = static.argv, static.launch, list(static.wrappers), []

@@ -70,8 +70,8 @@ def copy_folder(root: str, stage: str, planned: Mapping[str, bytes | None]) -> s
         for n in names:
             p = os.path.join(folder, n)
             count += 1
-            if n in SKIP or n.startswith(("scorep-", "scorep_")) or count > COPY_FILES:
-                out.add(n)
+            if n in SKIP or count > COPY_FILES or (n.startswith(("scorep-", "scorep_")) and os.path.isdir(p)):
+                out.add(n)  # experiment folders (scorep-20240501_1200_1, scorep_rank_0) are not read
             elif not os.path.islink(p) and os.path.isfile(p) and os.path.getsize(p) > COPY_FILE_BYTES:
                 out.add(n)
         return out

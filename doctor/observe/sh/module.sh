@@ -5,7 +5,12 @@
 # shellcheck disable=SC2016
 set -u
 source "$GD_BIN/record.sh"
-case ${1-} in load|add|try-load|try-add) shift;; *) exit 0;; esac
+case ${1-} in
+  load|add|try-load|try-add) shift;;
+  use) shift; [[ ${1-} == -a || ${1-} == --append ]] && shift
+       for d in "$@"; do printf 'export MODULEPATH=%q${MODULEPATH:+:$MODULEPATH}\n' "$d"; done; exit 0;;
+  *) exit 0;;
+esac
 find_file() {
   local name=$1 dir cand
   local IFS=:
