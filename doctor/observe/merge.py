@@ -169,7 +169,8 @@ class Merger:
         wrappers, rest, _ops = argvmod.strip_wrappers(list(argv))
         if run is not head:
             rest = list(argvmod.strip_wrappers(list(run.argv))[1])
-            chain, cur = [], by_id.get(run.parent)
+            chain: list[Record] = []
+            cur = by_id.get(run.parent)
             while cur is not None and cur.id != head.id:  # container wrappers between, on the same line
                 chain.insert(0, cur)
                 cur = by_id.get(cur.parent)
