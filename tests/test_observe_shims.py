@@ -115,3 +115,12 @@ def test_torchrun_no_python_runs_its_wrapper_once_per_worker(tmp_path: Path) -> 
                               "train.py": "print(1)\n"}, executable=("w.sh",))
     worker = next(c for c in job.commands if c.site.file.endswith("w.sh") and c.launch is not None)
     assert worker.read == "observed" and worker.env["SCOREP_EXPERIMENT_DIRECTORY"].varies
+
+
+def test_the_simulated_tasks_are_bounded_and_the_model_says_so(tmp_path: Path) -> None:
+    job = observed(tmp_path, {"job.sh": "#!/bin/bash\nsrun -n 64 bash ./task.sh\n",
+                              "task.sh": "#!/bin/bash\nSCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$SLURM_PROCID "
+                                         "python -m scorep train.py\n", "train.py": "print(1)\n"})
+    assert "job.sh:2: srun starts 64 tasks; the first 4 were run to read what each task runs" in job.observed_notes
+    (cmd,) = [c for c in job.commands if c.launch is not None]
+    assert cmd.env["SCOREP_EXPERIMENT_DIRECTORY"].varies

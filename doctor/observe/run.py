@@ -63,6 +63,23 @@ def _env(case: Case, job: Job, script: str, bindir: str, stage_dir: str, root: s
     return env
 
 
+def _tasks(rec: recmod.Record) -> int | None:
+    """The tasks a recorded srun/mpirun/torchrun --no-python asked for, when it says."""
+    from doctor.jobfolder.argv import parse_spawner, strip_wrappers
+
+    if rec.tool in ("srun", "mpirun", "mpiexec", "orterun"):
+        wrappers = strip_wrappers([*rec.argv[:rec.own], "true"])[0]
+        n = wrappers[0].tasks if wrappers else None
+        return n if n is not None or rec.tool != "srun" else _int(rec.env.get("SLURM_NTASKS"))
+    if rec.tool == "torchrun" and any(a in ("--no-python", "--no_python") for a in rec.argv):
+        return parse_spawner("torchrun", list(rec.argv[1:]), lambda p: None)[0].nproc
+    return None
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
 def _gpus(case: Case, job: Job) -> int:
     from doctor.jobfolder.queries import sbatch_gpus
 
@@ -114,6 +131,10 @@ def observe(case: Case, job: Job, planned: Mapping[str, bytes | None] | None = N
             reading.notes.append((job.root, f"more than {recmod.MAX_RECORDS} commands recorded: the rest "
                                             "not read"))
         for rec in reading.records:
+            asked = _tasks(rec)
+            if asked is not None and asked > MAX_TASKS:
+                reading.notes.append((rec.file, f"{job.rel(rec.file)}:{rec.line}: {rec.tool} starts {asked} tasks; "
+                                                f"the first {MAX_TASKS} were run to read what each task runs"))
             if rec.tool == "module-missing":
                 reading.notes.append((rec.file, f"{job.rel(rec.file)}:{rec.line}: module "
                                                 f"{' '.join(rec.argv[2:])!r} not found (MODULEPATH, job folder)"))
