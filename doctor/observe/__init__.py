@@ -33,7 +33,10 @@ def observe_commands(case: Case, job: Job, walker: Any, planned: Mapping[str, by
     from doctor.observe.run import observe
 
     seconds = float(case.options.get("observe_seconds", 5.0))  # type: ignore[arg-type]
-    reading = observe(case, job, planned, seconds)
+    try:
+        reading = observe(case, job, planned, seconds)
+    except (OSError, ValueError, UnicodeError) as exc:  # the static reading stands; say why
+        return list(job.commands), Observation(f"static reading only: the observed reading could not run ({exc})")
     commands = list(job.commands)
     obs = Observation(reading.line, notes=[text for _file, text in reading.notes])
     if reading.sandbox is None or job.root is None:

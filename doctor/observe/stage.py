@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping
 from importlib import resources
@@ -72,11 +73,21 @@ def copy_folder(root: str, stage: str, planned: Mapping[str, bytes | None]) -> s
             count += 1
             if n in SKIP or count > COPY_FILES or (n.startswith(("scorep-", "scorep_")) and os.path.isdir(p)):
                 out.add(n)  # experiment folders (scorep-20240501_1200_1, scorep_rank_0) are not read
-            elif not os.path.islink(p) and os.path.isfile(p) and os.path.getsize(p) > COPY_FILE_BYTES:
-                out.add(n)
+            else:
+                try:
+                    st = os.lstat(p)
+                except OSError:
+                    out.add(n)
+                    continue
+                if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)) or \
+                        (stat.S_ISREG(st.st_mode) and st.st_size > COPY_FILE_BYTES):
+                    out.add(n)  # a FIFO or device would block the copy; big data is not needed to run
         return out
 
-    shutil.copytree(root, copy, symlinks=True, ignore=ignore)
+    try:
+        shutil.copytree(root, copy, symlinks=True, ignore=ignore)
+    except shutil.Error:
+        pass  # what could not be copied (unreadable) is absent in the copy, as it is to the job's reader
     for path, data in planned.items():
         rel = os.path.relpath(path, root)
         if rel.startswith(".."):
