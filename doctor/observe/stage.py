@@ -27,6 +27,7 @@ REAL = ("bash", "sh", "env", "cat", "echo", "printf", "true", "false", "test", "
 SKIP = {".git", ".gpu-doctor", "__pycache__", "node_modules", "wandb", "mlruns"}
 COPY_FILE_BYTES = 4 * 1024 * 1024
 COPY_FILES = 3000
+COPY_BYTES = 64 * 1024 * 1024  # all files together: the copy stays quick whatever the folder holds
 MAX_OVERLAYS = 64
 _OVERLAID = re.compile(r"(python[\d.]*|pypy\d*|torchrun|srun|mpirun|mpiexec|accelerate|deepspeed|singularity|"
                        r"apptainer|shifter|podman|docker|enroot)")
@@ -63,10 +64,10 @@ def make_bin(stage: str) -> str:
 def copy_folder(root: str, stage: str, planned: Mapping[str, bytes | None]) -> str:
     """A throwaway copy of the job folder (big files and tool folders left out), with `planned` contents."""
     copy = os.path.join(stage, "job")
-    count = 0
+    count = total = 0
 
     def ignore(folder: str, names: list[str]) -> set[str]:
-        nonlocal count
+        nonlocal count, total
         out = set()
         for n in names:
             p = os.path.join(folder, n)
@@ -82,6 +83,10 @@ def copy_folder(root: str, stage: str, planned: Mapping[str, bytes | None]) -> s
                 if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)) or \
                         (stat.S_ISREG(st.st_mode) and st.st_size > COPY_FILE_BYTES):
                     out.add(n)  # a FIFO or device would block the copy; big data is not needed to run
+                elif stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+                    if total > COPY_BYTES:
+                        out.add(n)
         return out
 
     try:
