@@ -27,12 +27,12 @@ from doctor.jobfolder.model import (
     Launch,
     Note,
     PyScript,
-    SbatchOption,
     ShellFile,
     Site,
     TrainerArgs,
 )
 from doctor.jobfolder.reading import Source, inside, peek, read_source
+from doctor.jobfolder.sbatch import sbatch_exports
 from doctor.jobfolder.walker import ShellState, ShellWalker
 
 SHELL_SUFFIXES = (".sh", ".bash", ".sbatch", ".slurm", ".job", ".pbs", ".batch", ".lsf")
@@ -336,19 +336,6 @@ class JobBuilder:
         interp = launch.interpreter if launch is not None else None
         python = interp if interp and argvmod.is_python(interp) else None
         return dict(chosen.env), python
-
-
-def sbatch_exports(options: tuple[SbatchOption, ...]) -> dict[str, EnvVar]:
-    """Variables `#SBATCH --export=ALL,NAME=value,...` puts into the job's environment."""
-    out: dict[str, EnvVar] = {}
-    for opt in options:
-        if opt.name != "export":
-            continue
-        for item in opt.value.split(","):
-            name, eq, value = item.partition("=")
-            if eq and name.isidentifier():
-                out[name] = EnvVar(name, value, value, opt.site, True)
-    return out
 
 
 def _has_sbatch(f: ShellFile | None) -> bool:

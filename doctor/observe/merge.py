@@ -210,6 +210,7 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
                 obs.line = min(near, key=lambda c: abs(c.site.line - obs.line)).site.line
     seen = {(o.file, o.line) for o in observed}
     out: list[Command] = []
+    final: dict[int, Command] = {}  # a static Command -> what stands for it now (workers point at launchers)
     used: set[tuple[str, int]] = set()
     ran = {merger.place(r.file, r.line, r.cwd)[0] for r in records}
     for cmd in commands:
@@ -220,6 +221,7 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
             same = [o for o in observed if (o.file, o.line) == key]  # a srun and the `bash -c` it runs
             obs = next((o for o in same if any(r.launches for r in o.runs)), same[0])
             out.append(merger.command(obs, cmd, by_id, cmd.flow, cmd.order))
+            final[id(cmd)] = out[-1]
         elif launching and key not in seen and complete.get(cmd.site.file) and cmd.site.file in ran and \
                 cmd.parent is None and not cmd.condition:
             merger.differences.append({"file": cmd.site.file, "line": cmd.site.line, "what": "launch",
@@ -234,4 +236,15 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
         at = after[-1] + 1 if after else len(out)
         flow = out[at - 1].flow if at and out else 0
         out.insert(at, merger.command(obs, None, by_id, flow, 0))
+    return _relink(out, final)
+
+
+def _relink(out: list[Command], final: dict[int, Command]) -> list[Command]:
+    """Each worker's `parent` is its launcher as merged (launchers come first)."""
+    origin = {id(new): old for old, new in final.items()}
+    for i, cmd in enumerate(out):
+        parent = final.get(id(cmd.parent)) if cmd.parent is not None else None
+        if parent is not None and parent is not cmd.parent:
+            out[i] = replace(cmd, parent=parent)
+            final[origin.get(id(cmd), id(cmd))] = out[i]
     return out

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from doctor.case import Case
 from doctor.jobfolder.model import Job
+from doctor.jobfolder.sbatch import sbatch_exports
 from doctor.observe import records as recmod
 from doctor.observe import sandbox, stage
 
@@ -52,8 +53,6 @@ def _env(case: Case, job: Job, script: str, bindir: str, stage_dir: str, root: s
     env = {k: v for k, v in case.env.items() if k not in _DROP and not k.startswith(("BASH_FUNC_", "GD_", "__GD_"))}
     f = next((s for s in job.shell_files if s.path == script), None)
     if f is not None and f.sbatch:
-        from doctor.jobfolder.discover import sbatch_exports
-
         env.update(stage.slurm_env(f.sbatch))
         env.update({k: v.value or "" for k, v in sbatch_exports(f.sbatch).items()})
     env.update(PATH=os.path.join(stage_dir, "bin"), BASH_ENV=os.path.join(bindir, "prelude.sh"), GD_BIN=bindir,
