@@ -1,6 +1,6 @@
 """The differential test: every job folder under tests/ (fixtures, held-out folders, check cases) and
-examples/, read both ways. The two readings agree on every process's argv, working folder, ranks
-and the environment checks read (value, per rank or not, the file:line that set it), or the
+examples/, read both ways. The two readings agree on every process's argv, working folder, ranks,
+its place in the tree and the environment checks read (value, per rank or not, the file:line that set it), or the
 folder is listed below as a known limit with its reason. Where they differ, `job.differences`
 says so and the observed reading is the one the model holds.
 """
@@ -54,16 +54,17 @@ def job_folders() -> list[str]:
     return sorted(out)
 
 
-def flat(nodes: list[dict[str, Any]], out: dict[tuple[str, int], dict[str, Any]] | None = None
-         ) -> dict[tuple[str, int], dict[str, Any]]:
-    """(file, line) -> what the readings must agree on, for every process of the tree."""
+def flat(nodes: list[dict[str, Any]], out: dict[tuple[str, int], dict[str, Any]] | None = None,
+         parent: tuple[str, int] | None = None) -> dict[tuple[str, int], dict[str, Any]]:
+    """(file, line) -> what the readings must agree on, for every process of the tree (and where in it)."""
     out = {} if out is None else out
     for n in nodes:
+        here = (n["file"], n["line"])
         if n["kind"] == "command":
-            out[(n["file"], n["line"])] = {
-                "argv": n["argv"], "cwd": n["cwd"], "ranks": n["ranks"],
+            out[here] = {
+                "argv": n["argv"], "cwd": n["cwd"], "ranks": n["ranks"], "under": parent,
                 "env_used": {k: (v["value"], v["varies"], v["file"], v["line"]) for k, v in n["env_used"].items()}}
-        flat(n["children"], out)
+        flat(n["children"], out, here)
     return out
 
 
