@@ -4,7 +4,9 @@
 One node per job script, then one per command that starts Python or spawns workers
 (srun step, launcher, `--no-python` wrapper, `python -m scorep`, the program), nested
 where a launcher's workers run a wrapper script. Every value says the file:line it
-came from, so a reader can check it against the scripts.
+came from, so a reader can check it against the scripts. Each says which reading produced it
+(`read`: "observed" where bash ran it in the sandbox, doctor.observe, else "static"); the job
+says how it was read (`reading`) and where the readings differ (`differences`).
 """
 
 from __future__ import annotations
