@@ -109,3 +109,24 @@ def test_without_a_sandbox_the_static_reading_alone_is_used_and_said(
     assert model.reading == "static reading only: no sandbox here (neither bubblewrap nor unshare works)"
     assert all(c.read == "static" for c in model.commands)
     sandbox._kind.cache_clear()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root drops to nobody")
+def test_as_root_the_job_script_runs_as_nobody_where_nobody_can_reach_the_folder(monkeypatch: pytest.MonkeyPatch
+                                                                                 ) -> None:
+    import shutil
+    import tempfile
+
+    from doctor.observe.run import observe
+
+    if sandbox.kind() != "bubblewrap":
+        pytest.skip("the drop to nobody is bubblewrap's")
+    folder = Path(tempfile.mkdtemp(prefix="gpu-doctor-nobody-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        (folder / "job.sh").write_text('#!/bin/bash\nexport WHO=$(id -u)\npython -m scorep train.py\n')
+        case = Case(root=folder, options={"observe": True})
+        reading = observe(case, load_job(Case(root=folder)))
+        assert [r.env.get("WHO") for r in reading.records if r.tool == "python"] == ["65534"]
+    finally:
+        shutil.rmtree(folder)

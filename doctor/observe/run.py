@@ -31,8 +31,12 @@ class Reading:
     seconds: float = 0.0
     base_env: dict[str, str] = field(default_factory=dict)  # what the job scripts started with
 
+    failed: str = ""  # the sandbox itself could not start (its own error line)
+
     @property
     def line(self) -> str:
+        if self.failed and not self.records:
+            return f"static reading only: the sandbox could not start ({self.failed})"
         if self.sandbox is None:
             return "static reading only: no sandbox here (neither bubblewrap nor unshare works)"
         return f"observed: bash ran the job scripts in a sandbox ({sandbox.NAMES[self.sandbox]})"
@@ -121,7 +125,11 @@ def observe(case: Case, job: Job, planned: Mapping[str, bytes | None] | None = N
                 why = {25: " (its error output passed the file size limit)", 9: " (killed)", 24: " (the CPU time limit)"}
                 reading.notes.append((path, f"{rel} ended by signal {sig}{why.get(sig, '')}"))
             elif out.rc != 0:
-                reading.notes.append((path, f"{rel} ended with exit status {out.rc}"))
+                sandbox_error = next((ln for ln in out.output_tail.splitlines() if ln.startswith(("bwrap:", "unshare:",
+                                                                                                   "mount:"))), "")
+                reading.notes.append((path, f"{rel} ended with exit status {out.rc}"
+                                            f"{f' ({sandbox_error})' if sandbox_error else ''}"))
+                reading.failed = reading.failed or sandbox_error
             if out.output_cut:
                 reading.notes.append((path, f"{rel} wrote more than {sandbox.OUTPUT_BYTES // 2 ** 20} MiB: "
                                             "cut there"))

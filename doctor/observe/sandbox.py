@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -121,7 +122,10 @@ def run(kind: str, root: str, copy: str, stage: str, script: str, env: dict[str,
     env = {k: v for k, v in env.items() if k != "BASH_ENV"} | {"GD_BASH_ENV": env.get("BASH_ENV", "")}
     extra: dict[str, str] = {}
     if kind == "bubblewrap":
-        argv = _bwrap(root, copy, keep, rw, overlays, home) + tail
+        nobody = _as_nobody(root, stage)
+        if nobody:  # nobody cannot mount over what it cannot reach (an interpreter under /root)
+            overlays = {t: s for t, s in overlays.items() if _traversable(os.path.dirname(t))}
+        argv = nobody + _bwrap(root, copy, keep, rw, overlays, home) + tail
     else:
         argv, extra = _unshare(root, copy, stage, overlays, home)
         argv += tail
@@ -145,6 +149,39 @@ def run(kind: str, root: str, copy: str, stage: str, script: str, env: dict[str,
         f.seek(max(0, size - 4000))
         text = f.read().decode("utf-8", "replace")
     return Outcome(rc, timed_out, size >= OUTPUT_BYTES, time.monotonic() - start, text)
+
+
+NOBODY = 65534
+
+
+def _as_nobody(root: str, stage: str) -> list[str]:
+    """As root, the sandbox runs as nobody: the process limit holds only for a user without privileges
+    (root's own count is not limited, even in a user namespace). Where nobody cannot reach the job
+    folder's path (a 0700 folder above it), it stays root: the time bound and the pid namespace hold."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None or not _traversable(root):
+        return []
+    try:
+        os.chmod(stage, 0o755)
+        for folder, dirs, files in os.walk(stage):
+            for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+                os.lchown(name, NOBODY, NOBODY)
+    except OSError:
+        return []
+    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+def _traversable(path: str) -> bool:
+    cur = os.path.realpath(path)
+    while True:
+        try:
+            if not os.stat(cur).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        if cur == os.path.dirname(cur):
+            return True
+        cur = os.path.dirname(cur)
 
 
 def _kill(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
