@@ -86,6 +86,9 @@ def add_case_args(p: argparse.ArgumentParser, path_default: str | None = None) -
                    help="2 adds active tests (P2P data integrity)")
     p.add_argument("--timeout", type=positive_float, default=60.0, metavar="S",
                    help="global time budget in seconds (default 60)")
+    p.add_argument("--no-observe", action="store_true",
+                   help="read the job scripts statically only (by default bash also runs them in a sandbox, "
+                        "with recording stand-ins for srun, python and the launchers)")
     p.add_argument("--p2p-size", type=p2p_size, metavar="SIZE",
                    help="bytes per GPU pair for the --level 2 peer-copy test, e.g. 256M (default 32M)")
 
@@ -163,8 +166,18 @@ def case_from_args(args: argparse.Namespace, gate: bool = False,
         expect_gpus=args.expect_gpus,
         level=args.level,
         gate=gate,
-        options={"p2p_size": args.p2p_size} if getattr(args, "p2p_size", None) else {},
+        options=_options(args),
     )
+
+
+OBSERVE_SECONDS = 5.0  # the observed reading's share of --timeout, at most
+
+
+def _options(args: argparse.Namespace) -> dict[str, object]:
+    options: dict[str, object] = {"p2p_size": args.p2p_size} if getattr(args, "p2p_size", None) else {}
+    options["observe"] = not getattr(args, "no_observe", False)
+    options["observe_seconds"] = min(OBSERVE_SECONDS, float(getattr(args, "timeout", 60.0) or 60.0) / 4)
+    return options
 
 
 def print_json(doc: object) -> None:

@@ -28,12 +28,12 @@ from doctor.jobfolder.model import (
     Launch,
     Note,
     PyScript,
-    SbatchOption,
     ShellFile,
     Site,
     TrainerArgs,
 )
 from doctor.jobfolder.reading import Source, inside, peek, read_bytes, read_source, source_of
+from doctor.jobfolder.sbatch import sbatch_exports
 from doctor.jobfolder.walker import ShellState, ShellWalker
 
 SHELL_SUFFIXES = (".sh", ".bash", ".sbatch", ".slurm", ".job", ".pbs", ".batch", ".lsf")
@@ -240,14 +240,26 @@ class JobBuilder:
                 env["PWD"] = EnvVar("PWD", start, start)
                 env["SLURM_SUBMIT_DIR"] = EnvVar("SLURM_SUBMIT_DIR", start, start)
             walker.run_file(path, ShellState(env, start), flow, "job")
-        commands = self._relink([self._link(c) for c in walker.commands], walker.commands)
+        walked, observed = walker.commands, None
+        if root is not None and self.case.options.get("observe"):
+            from doctor.observe import observe_commands
+
+            walked, observed = observe_commands(self.case, Job(root, tuple(walker.files.values()), tuple(walked)),
+                                                walker, self.planned)
+        commands = self._relink([self._link(c) for c in walked], walked)
         self._entries(commands, pys)
         trainer_args = self._trainer_args(commands, cwd)
         env, python = self._job_env(commands, base_env)
         ordered = sorted(self.scripts.values(), key=lambda s: ({"entry": 0, "launcher": 1, "module": 2,
                                                                 "snippet": 3}.get(s.role, 4), s.path))
-        return Job(root, tuple(walker.files.values()), tuple(commands), tuple(ordered), tuple(trainer_args),
-                   tuple(self.notes), env, python, dict(self.reads))
+        job = Job(root, tuple(walker.files.values()), tuple(commands), tuple(ordered), tuple(trainer_args),
+                  tuple(self.notes), env, python, dict(self.reads))
+        if observed is not None:
+            job = replace(job, reading=observed.line, differences=tuple(observed.differences),
+                          observed_notes=tuple(observed.notes))
+        elif root is not None and self.case.options.get("observe") is False:
+            job = replace(job, reading="static reading only (--no-observe)")
+        return job
 
     def _start_dir(self, path: str, probed: list[Command], cwd: str) -> str:
         """The folder a job script in a sub-folder is run from: its own, where the program it starts
@@ -395,19 +407,6 @@ class JobBuilder:
         interp = launch.interpreter if launch is not None else None
         python = interp if interp and argvmod.is_python(interp) else None
         return dict(chosen.env), python
-
-
-def sbatch_exports(options: tuple[SbatchOption, ...]) -> dict[str, EnvVar]:
-    """Variables `#SBATCH --export=ALL,NAME=value,...` puts into the job's environment."""
-    out: dict[str, EnvVar] = {}
-    for opt in options:
-        if opt.name != "export":
-            continue
-        for item in opt.value.split(","):
-            name, eq, value = item.partition("=")
-            if eq and name.isidentifier():
-                out[name] = EnvVar(name, value, value, opt.site, True)
-    return out
 
 
 def _has_sbatch(f: ShellFile | None) -> bool:

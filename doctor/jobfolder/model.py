@@ -259,6 +259,7 @@ class Command:
     statement_line: int = 0  # the top-level statement of its file it runs in (a loop, an if...)
     shell_refs: tuple[str, ...] = ()  # the script's own unexported variables its words read (`$overrides`)
     opaque: EnvVar | None = None  # `while read k v; do export "$k=$v"` above: any variable may be set there
+    read: str = "static"  # which reading produced it: "static", or "observed" (bash ran it; doctor.observe)
 
     def word_at(self, index: int) -> Word | None:
         return self.argv_words[index] if 0 <= index < len(self.argv_words) else None
@@ -458,6 +459,9 @@ class Job:
     # Real path -> the bytes this model was parsed from: a remedy drafts its edits from these, and
     # applying refuses a file that no longer holds them (one read, compared before the write).
     reads: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+    reading: str = "static"  # how the launch was read: one line (doctor.observe)
+    differences: tuple[Mapping[str, Any], ...] = ()  # where the observed reading differs from the static one
+    observed_notes: tuple[str, ...] = ()  # how the observed reading went (stopped, output cut, module missing)
 
     def script(self, path: str | None) -> PyScript | None:
         if path is None:

@@ -4,7 +4,9 @@
 One node per job script, then one per command that starts Python or spawns workers
 (srun step, launcher, `--no-python` wrapper, `python -m scorep`, the program), nested
 where a launcher's workers run a wrapper script. Every value says the file:line it
-came from, so a reader can check it against the scripts.
+came from, so a reader can check it against the scripts. Each says which reading produced it
+(`read`: "observed" where bash ran it in the sandbox, doctor.observe, else "static"); the job
+says how it was read (`reading`) and where the readings differ (`differences`).
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def command_json(job: Job, cmd: Command) -> dict[str, Any]:
         "env_used": {k: _env_json(job, v) for k, v in sorted(cmd.env.items()) if _shown(k)},
         "placeholders": placeholders(job, cmd),
         "steps": _steps(job, cmd, program),
+        "read": cmd.read,
         "children": [],
     }
 
@@ -147,6 +150,8 @@ def processes(job: Job) -> list[dict[str, Any]]:
                                       "sbatch": {o.name: o.value for o in f.sbatch} if f else {},
                                       "children": []}
         root["children"].append(node)
+    for root in roots.values():
+        root["read"] = "observed" if any(c.get("read") == "observed" for c in root["children"]) else "static"
     return list(roots.values())
 
 
@@ -165,7 +170,9 @@ def unresolved(job: Job) -> list[dict[str, Any]]:
 
 
 def job_json(job: Job) -> dict[str, Any]:
-    return {"processes": processes(job), "unresolved": unresolved(job)}
+    return {"processes": processes(job), "unresolved": unresolved(job), "reading": job.reading,
+            "differences": [{**d, "file": job.rel(str(d["file"]))} for d in job.differences],
+            "observed_notes": list(job.observed_notes)}
 
 
 def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -> list[str]:
@@ -180,6 +187,16 @@ def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -
             over = f" on {n['nodes']} nodes" if (n.get("nodes") or 1) > 1 else ""
             out.append(f"{pad}- {n['file']}:{n['line']} runs " + " → ".join(p for p in n["steps"] if p)
                        + f"  [{how_many}{over}: {n['ranks_how']}]")
+            parts = [f"{n['file']}:{n['line']}"]
+            if n["wrappers"]:
+                parts.append(" → ".join(n["wrappers"]))
+            if n["launcher"]:
+                parts.append(n["launcher"])
+            if n["measured"]:
+                parts.append("python -m scorep " + " ".join(n["scorep_flags"]))
+            parts.append(n["program"] or n["target"] or " ".join(n["argv"][:3]))
+            out.append(f"{pad}- " + " → ".join(p for p in parts if p) + f"  [{n['ranks'] or '?'} rank(s): "
+                       f"{n['ranks_how']}]{' (observed)' if n.get('read') == 'observed' else ''}")
             for name, v in n["env_used"].items():
                 where = f"{v['file']}:{v['line']}" if v["file"] else "inherited"
                 value = v["value"] if v["value"] is not None else f"{v['raw']} (known when it runs)"
@@ -189,6 +206,11 @@ def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -
         for child in n["children"]:
             out.extend(launch_lines(job, child, depth + 1))
     if depth == 0 and node is None:
+        out.insert(0, f"read: {job.reading}")
+        for d in job.differences:
+            out.append(f"the readings differ at {job.rel(str(d['file']))}:{d['line']}: {d['what']}: static "
+                       f"{d['static']!r}, observed {d['observed']!r}{' (' + str(d['why']) + ')' if d.get('why') else ''}")
+        out.extend(f"observed reading: {n}" for n in job.observed_notes)
         for u in unresolved(job):
             out.append(f"not followed: {u['file']}:{u['line']}: {u['text']}")
     return out

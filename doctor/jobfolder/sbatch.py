@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from doctor.jobfolder.model import SbatchOption, Site
+from doctor.jobfolder.model import EnvVar, SbatchOption, Site
 
 
 def sbatch_options(path: str, text: str) -> tuple[SbatchOption, ...]:
@@ -47,3 +47,16 @@ def sbatch_options(path: str, text: str) -> tuple[SbatchOption, ...]:
 _SHORT_SBATCH = {"x": "exclude", "w": "nodelist", "n": "ntasks", "N": "nodes", "G": "gpus",
                  "p": "partition", "t": "time", "J": "job-name", "c": "cpus-per-task", "o": "output",
                  "e": "error", "A": "account", "D": "chdir"}
+
+
+def sbatch_exports(options: tuple[SbatchOption, ...]) -> dict[str, EnvVar]:
+    """Variables `#SBATCH --export=ALL,NAME=value,...` puts into the job's environment."""
+    out: dict[str, EnvVar] = {}
+    for opt in options:
+        if opt.name != "export":
+            continue
+        for item in opt.value.split(","):
+            name, eq, value = item.partition("=")
+            if eq and name.isidentifier():
+                out[name] = EnvVar(name, value, value, opt.site, True)
+    return out

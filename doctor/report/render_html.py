@@ -204,6 +204,11 @@ def _environment(doc: Mapping[str, Any]) -> str:
         env = doc["environment"].get(scope) or {}
         rows = [(k, v) for k, v in env.items() if not k.startswith(("SLURM_", "SLURMD_"))]
         out.append(f"<h3>{esc(heading)}</h3>" + (table(("Variable", "Value"), rows) if rows else para("None.")))
+    reading, procs, diffs = view.reading_rows(doc)
+    if reading:
+        out.append("<h3>How gpu-doctor read your launch</h3>" + para(reading)
+                   + (table(("Where", "Read", "Command"), procs) if procs else "")
+                   + (table(("Where", "What", "Static reading", "Observed"), diffs) if diffs else ""))
     return "".join(out)
 
 

@@ -137,6 +137,11 @@ def _environment(doc: Mapping[str, Any]) -> list[str]:
         rows = [(k, v) for k, v in env.items() if not k.startswith(("SLURM_", "SLURMD_"))]
         out += [f"**{title}** ({len(rows)} shown; Slurm variables are under *Slurm job*)", ""]
         out += table(("Variable", "Value"), rows) if rows else ["None.", ""]
+    reading, procs, diffs = view.reading_rows(doc)
+    if reading:
+        out += ["**How gpu-doctor read your launch**", "", cell(reading), ""]
+        out += table(("Where", "Read", "Command"), procs) if procs else []
+        out += table(("Where", "What", "Static reading", "Observed"), diffs) if diffs else []
     return out
 
 

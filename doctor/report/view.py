@@ -149,3 +149,21 @@ def excerpt_text(ex: Mapping[str, Any]) -> str:
     width = len(str(max((ln["n"] for ln in ex["lines"]), default=0)))
     return "\n".join(f"{'>' if ln['match'] else ' '} {ln['n']:>{width}} | {ln['text']}" for ln in ex["lines"])
 
+
+
+def reading_rows(doc: Mapping[str, Any]) -> tuple[str, list[tuple[str, str, str]], list[tuple[str, str, str, str]]]:
+    """How the launch was read: the reading's line, (file:line, reading, argv) per process, and
+    (file:line, what, static, observed) where the two readings differ. Empty when no job was read."""
+    job = doc.get("job") or {}
+    rows: list[tuple[str, str, str]] = []
+    todo = list(job.get("processes") or [])
+    while todo:
+        n = todo.pop(0)
+        if n.get("kind") == "command":
+            argv = " ".join(n.get("argv") or [])
+            rows.append((f"{n['file']}:{n['line']}", str(n.get("read", "static")),
+                         argv if len(argv) <= 100 else argv[:99] + "…"))
+        todo[:0] = list(n.get("children") or [])
+    diffs = [(f"{d['file']}:{d['line']}", str(d["what"]), text(d.get("static")), text(d.get("observed")))
+             for d in job.get("differences") or []]
+    return str(job.get("reading") or ""), rows, diffs

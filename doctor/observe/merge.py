@@ -1,0 +1,250 @@
+"""The observed launches into the one job model.
+
+Each observed command line is matched with the static reading's Command on the same file:line.
+Where the two agree the static Command stays (its spans are what remedies edit) and is marked
+`read="observed"`; where they differ the observed argv, working folder and environment win,
+each value keeping the static span only where the static reading found it on the same line, and
+`job.differences` lists what differed. A launch only bash saw (`eval`, `bash -c "$CMD"`...)
+becomes a Command of its own, built by the same argv parsing; a launch only the static reading
+saw is dropped when bash ran that script to its end without starting it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from doctor.jobfolder import argv as argvmod
+from doctor.jobfolder.model import TASK_WRAPPERS, Command, EnvVar, Loop, Piece, Site, Span, Word, Wrapper
+from doctor.jobfolder.processes import SHOWN_ENV
+from doctor.observe.places import Places
+from doctor.observe.records import Observed, Record, launches
+
+Resolve = Callable[[str, str], "str | None"]
+Modules = Callable[[str, str, dict[str, EnvVar]], "str | None"]
+
+
+SIMULATED = ("SLURM_", "SLURMD_", "OMPI_COMM_WORLD_", "PMI_")  # what the shims make up for each task
+WORKER_VARS = ("GROUP_RANK", "ROLE_RANK")
+
+
+def _shown(name: str) -> bool:
+    return name.startswith(SHOWN_ENV[0]) or name in SHOWN_ENV[1:]
+
+
+class Merger(Places):
+    def __init__(self, root: str, base_env: dict[str, str], resolve: Resolve, modules: Modules,
+                 generated: dict[str, Span] | None = None):
+        super().__init__(root, generated)
+        self.base_env = base_env
+        self.resolve = resolve
+        self.modules = modules
+        self.differences: list[dict[str, Any]] = []
+
+    # -- one observed command line -----------------------------------------
+    def env(self, obs: Observed, static: Command | None) -> tuple[dict[str, EnvVar], list[str]]:
+        """The environment the line ran with. A value the static reading could not know (`$SLURM_JOB_ID`,
+        a command substitution) stays unknown: the sandbox's Slurm, hosts and ranks are stand-ins."""
+        first = obs.runs[0]
+        env: dict[str, EnvVar] = {}
+        changed: list[str] = []
+        names = dict.fromkeys([*first.env, *(static.env if static is not None else ())])
+        for name in names:
+            old = static.env.get(name) if static is not None else None
+            values = {r.env.get(name) for r in obs.runs}
+            value = first.env.get(name)
+            varies = len(values) > 1
+            where = first.sites.get(name)
+            if where is not None:
+                site: Site | None = self.site(*self.place(where[0], where[1], first.cwd))
+            elif self.base_env.get(name) == value or name.startswith(SIMULATED) or name in WORKER_VARS:
+                if old is not None:
+                    env[name] = old  # inherited, or a stand-in the sandbox set
+                elif value is not None and self.base_env.get(name) == value and not name.startswith(SIMULATED):
+                    env[name] = EnvVar(name, value, value)
+                continue
+            else:
+                site = self.site(obs.file, obs.line)  # NAME=value on the line, srun --export, mpirun -x
+            if value is None:
+                if old is not None and not _shown(name):
+                    env[name] = old
+                elif old is not None:
+                    changed.append(name)  # the static reading has it; bash did not
+                continue
+            if old is not None and (old.value is None or old.varies or old.value == value) and \
+                    (old.varies == varies or old.value is None):
+                env[name] = old
+                continue
+            span = self.literal(site, value) if not varies else None
+            if span is None and not varies and value:
+                found = self.data_line(name, value)  # `while read`, `source <(sed ... profile)`: the data file
+                if found is not None:
+                    site, span = found
+            env[name] = EnvVar(name, None if varies else value, value, site, True, varies=varies, span=span,
+                               pieces=(Piece(value, span),) if span is not None else ())
+            if _shown(name) and static is not None:
+                changed.append(name)
+        return env, changed
+
+    def command(self, obs: Observed, static: Command | None, by_id: dict[str, Record],
+                flow: int, order: int) -> Command:
+        head, run = obs.head, obs.runs[0]
+        argv = head.argv
+        env, changed = self.env(obs, static)
+        wrappers, rest, _ops = argvmod.strip_wrappers(list(argv))
+        if run is not head:
+            rest = list(argvmod.strip_wrappers(list(run.argv))[1])
+            chain: list[Record] = []
+            cur = by_id.get(run.parent)
+            while cur is not None and cur.id != head.id:  # container wrappers between, on the same line
+                chain.insert(0, cur)
+                cur = by_id.get(cur.parent)
+            names = {w.name for w in wrappers}
+            for r in [head, *chain]:
+                if argvmod.base(r.tool) not in names:
+                    wrappers.append(Wrapper(r.tool, r.argv[:r.own]))
+        outer = self._outer(head, by_id)
+        cwd = self.path(run.cwd, "/")
+        launch = argvmod.interpret(rest, lambda p: self.resolve(p, cwd),
+                                   lambda m: self.modules(m, cwd, env)) if rest else None
+        if launch is not None and launch.kind == "code" and static is not None and static.launch is not None:
+            launch = replace(launch, code_line=static.launch.code_line, code_span=static.launch.code_span)
+        per_task = bool(outer) or any(w.name in TASK_WRAPPERS for w in wrappers)
+        turns = max((sum(1 for r in obs.runs if r.task == t) for t in obs.tasks), default=1)
+        loop = static.loop if static is not None else None
+        if turns > 1 and (loop is None or loop.count != turns):
+            loop = Loop(loop.var if loop else None, turns, loop.site if loop else self.site(obs.file, obs.line),
+                        loop.kind if loop else "while")
+        if static is not None and _same_argv(static, argv) and (static.launch is not None or launch is None):
+            # the same command line: the static argv, words and launch stay (their indices and spans are
+            # what remedies edit; real tools on the line, exec, env, timeout, are not recorded)
+            argv, launch, wrappers, outer = static.argv, static.launch, list(static.wrappers), []
+            per_task = static.per_task
+        words = tuple(static.argv_words) if static is not None and static.argv == argv else tuple(
+            Word(a, static.span if static is not None and static.span else self.span(obs.file, obs.line))
+            for a in argv)
+        base = static or Command(self.site(obs.file, obs.line), self.text(obs.file, obs.line), argv, {},
+                                 flow=flow, order=order, end_line=obs.line, span=self.span(obs.file, obs.line),
+                                 statement_line=obs.line)
+        cmd = replace(base, argv=argv, env=env, wrappers=tuple(outer) + tuple(wrappers), launch=launch,
+                      per_task=per_task, loop=loop, background=run.background or base.background,
+                      argv_words=words, cwd=cwd, read="observed")
+        self._differ(obs, static, cmd, changed)
+        return cmd
+
+    def _outer(self, rec: Record, by_id: dict[str, Record]) -> list[Wrapper]:
+        """The task launchers (and container wrappers) on other lines that this line runs inside."""
+        out: list[Wrapper] = []
+        cur = by_id.get(rec.parent)
+        while cur is not None:
+            if cur.tool in TASK_WRAPPERS or not cur.launches:
+                ws, _rest, _ops = argvmod.strip_wrappers([*cur.argv[:cur.own], "true"])
+                out.insert(0, ws[0] if ws else Wrapper(cur.tool, cur.argv[:cur.own]))
+            cur = by_id.get(cur.parent)
+        return out
+
+    def _differ(self, obs: Observed, static: Command | None, cmd: Command, changed: list[str]) -> None:
+        where = {"file": obs.file, "line": obs.line}
+        if static is None:
+            self.differences.append({**where, "what": "launch", "static": None, "observed": list(cmd.argv),
+                                     "why": "only bash started it"})
+            return
+        if not _same_argv(static, cmd.argv):
+            self.differences.append({**where, "what": "argv", "static": list(static.argv),
+                                     "observed": list(cmd.argv)})
+        if static.cwd and cmd.cwd and os.path.normpath(static.cwd) != cmd.cwd:
+            self.differences.append({**where, "what": "cwd", "static": static.cwd, "observed": cmd.cwd})
+        for name in changed:
+            old, new = static.env.get(name), cmd.env[name]
+            self.differences.append({**where, "what": f"env {name}",
+                                     "static": _env_text(old), "observed": _env_text(new)})
+
+
+def _same_argv(static: Command, argv: tuple[str, ...]) -> bool:
+    """The observed argv is the static one, or its end after wrappers real tools ran (exec, env, timeout);
+    a word the static reading could not know (`"$@"`, `$RANDOM`) stands for whatever bash made of it."""
+    words = [(w.text, w.known) for w in static.argv_words] if len(static.argv_words) == len(static.argv) \
+        else [(a, True) for a in static.argv]
+    for skip in range(len(words) + 1):
+        head = [t for t, _k in words[:skip]]
+        if skip and head[0] not in ("exec", "command", "builtin") and argvmod.strip_wrappers([*head, "x"])[1][1:]:
+            continue
+        if _match(words[skip:], list(argv)):
+            return True
+    return False
+
+
+def _match(words: list[tuple[str, bool]], argv: list[str]) -> bool:
+    ok = [[False] * (len(argv) + 1) for _ in range(len(words) + 1)]  # ok[i][j]: words[i:] matches argv[j:]
+    ok[len(words)][len(argv)] = True
+    for i in range(len(words) - 1, -1, -1):
+        text, known = words[i]
+        for j in range(len(argv), -1, -1):
+            if known:
+                ok[i][j] = j < len(argv) and argv[j] == text and ok[i + 1][j + 1]
+            else:
+                ok[i][j] = any(ok[i + 1][k] for k in range(j, min(len(argv), j + 64) + 1))
+    return ok[0][0]
+
+
+def _env_text(var: EnvVar | None) -> str | None:
+    if var is None:
+        return None
+    where = f" ({os.path.basename(var.site.file)}:{var.site.line})" if var.site else " (inherited)"
+    return ("per rank" if var.varies else repr(var.value if var.value is not None else var.raw)) + where
+
+
+def merge(commands: list[Command], records: list[Record], complete: dict[str, bool], merger: Merger
+          ) -> list[Command]:
+    """The static reading's commands with the observed ones in (see the module docstring)."""
+    by_id = {r.id: r for r in records}
+    observed = launches(records)
+    for obs in observed:
+        obs.file, obs.line = merger.place(obs.file, obs.line, obs.head.cwd)
+        if obs.head.approx:
+            near = [c for c in commands if c.site.file == obs.file and obs.line - 2 <= c.site.line <= obs.line + 8
+                    and c.launch is not None]
+            if near:
+                obs.line = min(near, key=lambda c: abs(c.site.line - obs.line)).site.line
+    seen = {(o.file, o.line) for o in observed}
+    out: list[Command] = []
+    final: dict[int, Command] = {}  # a static Command -> what stands for it now (workers point at launchers)
+    used: set[tuple[str, int]] = set()
+    ran = {merger.place(r.file, r.line, r.cwd)[0] for r in records}
+    for cmd in commands:
+        key = (cmd.site.file, cmd.site.line)
+        launching = cmd.launch is not None or any(w.name in TASK_WRAPPERS for w in cmd.wrappers)
+        if key in seen and launching and key not in used:
+            used.add(key)
+            same = [o for o in observed if (o.file, o.line) == key]  # a srun and the `bash -c` it runs
+            obs = next((o for o in same if any(r.launches for r in o.runs)), same[0])
+            out.append(merger.command(obs, cmd, by_id, cmd.flow, cmd.order))
+            final[id(cmd)] = out[-1]
+        elif launching and key not in seen and complete.get(cmd.site.file) and cmd.site.file in ran and \
+                cmd.parent is None and not cmd.condition:
+            merger.differences.append({"file": cmd.site.file, "line": cmd.site.line, "what": "launch",
+                                       "static": list(cmd.argv), "observed": None,
+                                       "why": "bash ran the script to its end without starting it"})
+        else:
+            out.append(cmd)
+    for obs in observed:
+        if (obs.file, obs.line) in used or not any(r.launches for r in obs.runs):
+            continue
+        after = [i for i, c in enumerate(out) if c.site.file == obs.file and c.site.line <= obs.line]
+        at = after[-1] + 1 if after else len(out)
+        flow = out[at - 1].flow if at and out else 0
+        out.insert(at, merger.command(obs, None, by_id, flow, 0))
+    return _relink(out, final)
+
+
+def _relink(out: list[Command], final: dict[int, Command]) -> list[Command]:
+    """Each worker's `parent` is its launcher as merged (launchers come first)."""
+    origin = {id(new): old for old, new in final.items()}
+    for i, cmd in enumerate(out):
+        parent = final.get(id(cmd.parent)) if cmd.parent is not None else None
+        if parent is not None and parent is not cmd.parent:
+            out[i] = replace(cmd, parent=parent)
+            final[origin.get(id(cmd), id(cmd))] = out[i]
+    return out
