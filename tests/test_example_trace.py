@@ -44,4 +44,4 @@ def test_post_run_playbook_passes_on_the_real_traces() -> None:
     res = gpu_doctor("--check-only", "--playbook", "post-run", "--json", str(EXAMPLE))
     assert res.returncode == 0, res.stdout + res.stderr
     status = {c["id"]: c["status"] for c in json.loads(res.stdout)["checks"]}
-    assert status == {"ART001": "pass", "ART002": "skip", "ART003": "pass", "ART004": "pass"}
+    assert status == {"ART001": "pass", "ART002": "skip", "ART003": "pass", "ART004": "pass", "ART005": "pass", "ART006": "skip"}

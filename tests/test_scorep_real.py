@@ -124,7 +124,7 @@ def test_launch_two_ranks_measured_with_user_regions_then_timeline_and_report(sc
                         env, tmp_path)
     assert report.returncode in (0, 1), report.stderr
     body = (tmp_path / "report.md").read_text()
-    assert "Passed or skipped without remark: ART001, ART002, ART003, ART004, ART006." in body
+    assert "Passed or skipped without remark: ART001, ART002, ART003, ART004, ART005, ART006." in body
     assert "2 ranks, from traces (timeline)" in body and "| rank 1 | 3 |" in body   # 3 steps per rank
 
 
