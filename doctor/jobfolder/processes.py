@@ -186,17 +186,8 @@ def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -
             how_many = count(n["ranks"], "rank") if n["ranks"] else "? ranks"
             over = f" on {n['nodes']} nodes" if (n.get("nodes") or 1) > 1 else ""
             out.append(f"{pad}- {n['file']}:{n['line']} runs " + " → ".join(p for p in n["steps"] if p)
-                       + f"  [{how_many}{over}: {n['ranks_how']}]")
-            parts = [f"{n['file']}:{n['line']}"]
-            if n["wrappers"]:
-                parts.append(" → ".join(n["wrappers"]))
-            if n["launcher"]:
-                parts.append(n["launcher"])
-            if n["measured"]:
-                parts.append("python -m scorep " + " ".join(n["scorep_flags"]))
-            parts.append(n["program"] or n["target"] or " ".join(n["argv"][:3]))
-            out.append(f"{pad}- " + " → ".join(p for p in parts if p) + f"  [{n['ranks'] or '?'} rank(s): "
-                       f"{n['ranks_how']}]{' (observed)' if n.get('read') == 'observed' else ''}")
+                       + f"  [{how_many}{over}: {n['ranks_how']}]"
+                       + (" (observed)" if n.get("read") == "observed" else ""))
             for name, v in n["env_used"].items():
                 where = f"{v['file']}:{v['line']}" if v["file"] else "inherited"
                 value = v["value"] if v["value"] is not None else f"{v['raw']} (known when it runs)"
