@@ -77,7 +77,8 @@ class Merger(Places):
                 old = None  # bash saw what the static reading marked unknown (`read`, `eval`, `source <(...)`)
             if old is not None and (old.value is None or old.varies or old.value == value) and \
                     (old.varies == varies or old.value is None):
-                env[name] = old
+                span = self.literal(site, value) if old.value == value and old.span is None and value else None
+                env[name] = old if span is None else replace(old, raw=value, span=span, pieces=(Piece(value, span),))
                 continue
             span = self.literal(site, value) if not varies else None
             if span is None and not varies and value:
