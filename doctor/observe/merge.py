@@ -73,7 +73,7 @@ class Merger(Places):
                 elif old is not None:
                     changed.append(name)  # the static reading has it; bash did not
                 continue
-            if old is not None and _unfollowed(old) and not varies:
+            if old is not None and _unfollowed(old) and not varies and value:  # '': what the node has, not here
                 old = None  # bash saw what the static reading marked unknown (`read`, `eval`, `source <(...)`)
             if old is not None and (old.value is None or old.varies or old.value == value) and \
                     (old.varies == varies or old.value is None):
