@@ -396,7 +396,9 @@ class ShellWalker(Links, Branches):
             return
         if all(w.known for w in args):
             code = args[0] if len(args) == 1 else Word(" ".join(w.text for w in args), args[0].span)
+            before = dict(ctx.state.vars)
             self.run_string(code, replace(ctx, heredoc=None))
+            self._eval_origins(code, ctx, before)
             return
         raw = " ".join(w.text for w in args)  # an unknown expansion keeps its spelling
         tool = re.match(r"""\s*["']?\$\(\s*([^\s)]+)""", raw)
@@ -407,6 +409,22 @@ class ShellWalker(Links, Branches):
             self._unknown(names, ctx, site, f"eval on line {site.line}", export="export" in raw)
         if re.match(r"""\s*["']?[$`]""", raw) or re.search(r"""[;&|]\s*["']?[$`]""", raw) or not names:
             self._opaque(ctx, site, f"eval on line {site.line}")
+
+    def _eval_origins(self, code: Word, ctx: Ctx, before: dict[str, EnvVar]) -> None:
+        """A value `eval` assigned from a string a variable holds (`eval "export $SETTING"`) is written where
+        that string is: the variable's span goes there, so an edit lands on the line that wrote it."""
+        for name, var in list(ctx.state.vars.items()):
+            if var is before.get(name) or not var.value:
+                continue
+            for piece in code.pieces:
+                at = piece.text.find(f"{name}={var.value}") if piece.span is not None else -1
+                if piece.span is None or at < 0 or piece.span.file != ctx.src.path:
+                    continue
+                a = at + len(name) + 1
+                span = sub_span(piece.span, piece.text, a, a + len(var.value))
+                site = Site(ctx.src.path, span.line, ctx.src.line_text(span.line))
+                ctx.state.vars[name] = replace(var, site=site, span=span, pieces=(Piece(var.value, span),))
+                break
 
     # -- simple commands --------------------------------------------------
     def _command(self, node: Node, ctx: Ctx, extra_end: int | None = None) -> None:

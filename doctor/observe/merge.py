@@ -73,9 +73,12 @@ class Merger(Places):
                 elif old is not None:
                     changed.append(name)  # the static reading has it; bash did not
                 continue
+            if old is not None and _unfollowed(old) and not varies and value:  # '': what the node has, not here
+                old = None  # bash saw what the static reading marked unknown (`read`, `eval`, `source <(...)`)
             if old is not None and (old.value is None or old.varies or old.value == value) and \
                     (old.varies == varies or old.value is None):
-                env[name] = old
+                span = self.literal(site, value) if old.value == value and old.span is None and value else None
+                env[name] = old if span is None else replace(old, raw=value, span=span, pieces=(Piece(value, span),))
                 continue
             span = self.literal(site, value) if not varies else None
             if span is None and not varies and value:
@@ -130,7 +133,7 @@ class Merger(Places):
                                  statement_line=obs.line)
         cmd = replace(base, argv=argv, env=env, wrappers=tuple(outer) + tuple(wrappers), launch=launch,
                       per_task=per_task, loop=loop, background=run.background or base.background,
-                      argv_words=words, cwd=cwd, read="observed")
+                      argv_words=words, cwd=cwd, read="observed", opaque=None)  # bash saw every name set
         self._differ(obs, static, cmd, changed)
         return cmd
 
@@ -187,6 +190,12 @@ def _match(words: list[tuple[str, bool]], argv: list[str]) -> bool:
             else:
                 ok[i][j] = any(ok[i + 1][k] for k in range(j, min(len(argv), j + 64) + 1))
     return ok[0][0]
+
+
+def _unfollowed(var: EnvVar) -> bool:
+    """Unknown to the static reading only because it does not follow what set it (`EnvVar.unfollowed`, or
+    marked by a line that may set any name), not because only the running job knows it."""
+    return var.unfollowed or (var.value is None and var.raw.startswith("<maybe set by") and not var.varies)
 
 
 def _env_text(var: EnvVar | None) -> str | None:
