@@ -46,8 +46,10 @@ dist.init_process_group("gloo")
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
 loss = model(torch.randn(8, 4)).pow(2).mean()
 loss.backward()
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} on {os.uname().nodename} "
-      f"into {os.environ['SCOREP_EXPERIMENT_DIRECTORY']}", flush=True)
+# One write per line: two workers of a node share torchrun's stdout, and print() with
+# PYTHONUNBUFFERED writes the text and its newline apart, so lines could interleave.
+os.write(1, (f"rank {dist.get_rank()} of {dist.get_world_size()} on {os.uname().nodename} "
+             f"into {os.environ['SCOREP_EXPERIMENT_DIRECTORY']}\n").encode())
 dist.destroy_process_group()
 '''
 

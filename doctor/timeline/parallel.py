@@ -201,8 +201,13 @@ def _exit_reason(code: int | None) -> str:
 
 
 def _context() -> Any:
-    """forkserver: each worker forks from a server with the readers imported (fast, and safe
-    beside threads, unlike a plain fork); spawn where there is none."""
+    """A plain fork where this process runs one thread (the CLI: the readers are imported already,
+    so a worker costs milliseconds, not an interpreter's start); else forkserver: each worker forks
+    from a server with the readers imported (safe beside threads, the app's); spawn where there is none."""
+    import threading
+
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
     try:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["doctor.timeline.parallel", "doctor.timeline.trace", "otf2"])
