@@ -87,11 +87,10 @@ def add_case_args(p: argparse.ArgumentParser, path_default: str | None = None) -
     p.add_argument("--timeout", type=positive_float, default=60.0, metavar="S",
                    help="global time budget in seconds (default 60)")
     p.add_argument("--observe", action="store_true",
-                   help="also read the job scripts the way bash runs them: bash runs them in a sandbox, with "
-                        "recording stand-ins for srun, python and the launchers (off by default for now: for "
-                        "container and `bash -c` launches its reading can keep remedies from editing)")
+                   help="read the job scripts the way bash runs them too (the default with a job folder: bash "
+                        "runs them in a sandbox, with recording stand-ins for srun, python and the launchers)")
     p.add_argument("--no-observe", action="store_true",
-                   help="read the job scripts statically only (the default; overrides --observe)")
+                   help="read the job scripts statically only (nothing of the job runs)")
     p.add_argument("--p2p-size", type=p2p_size, metavar="SIZE",
                    help="bytes per GPU pair for the --level 2 peer-copy test, e.g. 256M (default 32M)")
 
@@ -178,7 +177,7 @@ OBSERVE_SECONDS = 5.0  # the observed reading's share of --timeout, at most
 
 def _options(args: argparse.Namespace) -> dict[str, object]:
     options: dict[str, object] = {"p2p_size": args.p2p_size} if getattr(args, "p2p_size", None) else {}
-    options["observe"] = bool(getattr(args, "observe", False)) and not getattr(args, "no_observe", False)
+    options["observe"] = not getattr(args, "no_observe", False)
     options["observe_seconds"] = min(OBSERVE_SECONDS, float(getattr(args, "timeout", 60.0) or 60.0) / 4)
     return options
 

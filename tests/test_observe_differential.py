@@ -32,12 +32,6 @@ KNOWN: dict[str, str] = {
        }.items()},
     "tests/fixtures/heldout/read_memory/broken": "the static reading marks what `read -r A <<< \"$(grep ...)\"` sets "
                                                  "unknown; bash read 8G from profile.cfg",
-    # The open limit that keeps the observed reading off by default: for a container wrapper and for
-    # `srun $ARGS bash -c "$CMD"` the observed Command replaces the static one (wrapper and argv differ)
-    # and loses the spans remedies edit.
-    **{f"tests/fixtures/heldout/{name}/{v}": "the observed argv keeps the container / `bash -c` wrapper the "
-       "static reading strips" for name in ("container_apptainer", "container_shifter", "container_singularity",
-                                            "srun_args_bash_c") for v in ("broken", "clean")},
     # the clean variants set other values the same ways (the older value itself is the same there)
     **{f"tests/fixtures/heldout_observed/{name}/clean": why for name, why in {
         "read_herestring": "the static reading does not split `read -r A B <<< ...`: SCOREP_CUDA_BUFFER",

@@ -213,15 +213,13 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
     for obs in observed:
         obs.file, obs.line = merger.place(obs.file, obs.line, obs.head.cwd)
         if obs.head.approx:
-            near = [c for c in commands if c.site.file == obs.file and obs.line - 2 <= c.site.line <= obs.line + 8
-                    and c.launch is not None]
-            if near:
-                obs.line = min(near, key=lambda c: abs(c.site.line - obs.line)).site.line
+            obs.line = _approx_line(obs, commands)
     seen = {(o.file, o.line) for o in observed}
     out: list[Command] = []
     final: dict[int, Command] = {}  # a static Command -> what stands for it now (workers point at launchers)
     used: set[tuple[str, int]] = set()
     ran = {merger.place(r.file, r.line, r.cwd)[0] for r in records}
+    started = {merger.place(r.file, r.line, r.cwd) for r in records if not r.approx}
     for cmd in commands:
         key = (cmd.site.file, cmd.site.line)
         launching = cmd.launch is not None or any(w.name in TASK_WRAPPERS for w in cmd.wrappers)
@@ -233,6 +231,15 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
             final[id(cmd)] = out[-1]
         elif launching and key not in seen and complete.get(cmd.site.file) and cmd.site.file in ran and \
                 cmd.parent is None and not cmd.condition:
+            if _launcher_ran(cmd, started):
+                # its srun/mpirun ran, and the task stopped before the program: on a stand-in of the
+                # node (`mkdir -p /scratch/...` && ...) the sandbox cannot be; the static reading stands
+                merger.differences.append({"file": cmd.site.file, "line": cmd.site.line, "what": "launch",
+                                           "static": list(cmd.argv), "observed": None,
+                                           "why": "its launcher ran in the sandbox, the task stopped before "
+                                                  "the program (a path only the node has?): read statically"})
+                out.append(cmd)
+                continue
             merger.differences.append({"file": cmd.site.file, "line": cmd.site.line, "what": "launch",
                                        "static": list(cmd.argv), "observed": None,
                                        "why": "bash ran the script to its end without starting it"})
@@ -246,6 +253,27 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
         flow = out[at - 1].flow if at and out else 0
         out.insert(at, merger.command(obs, None, by_id, flow, 0))
     return _relink(out, final)
+
+
+def _launcher_ran(cmd: Command, started: set[tuple[str, int]]) -> bool:
+    """Whether a task launcher of `cmd`'s own statement (its first line to its last) was recorded."""
+    first = min(cmd.statement_line or cmd.site.line, cmd.site.line)
+    return any(w.name in TASK_WRAPPERS for w in cmd.wrappers) and any(
+        (cmd.site.file, line) in started for line in range(first, max(cmd.end_line, cmd.site.line) + 1))
+
+
+def _approx_line(obs: Observed, commands: list[Command]) -> int:
+    """Where a launch counted from its caller's line (`bash -c "$CMD"`) is written: the static Command of
+    the same argv in that file, the nearest (the string may be set anywhere above: `CMD='...'`), else the
+    launch nearest at or after the caller's line (a `bash -c '...'` string's lines follow the line that
+    starts it), else the caller's line itself."""
+    ran = obs.runs[0].argv
+    here = [c for c in commands if c.site.file == obs.file and c.launch is not None]
+    same = [c for c in here if _same_argv(c, ran)]
+    near = same or [c for c in here if obs.line - 2 <= c.site.line <= obs.line + 8]
+    if not near:
+        return obs.line
+    return min(near, key=lambda c: (c.site.line < obs.line, abs(c.site.line - obs.line))).site.line
 
 
 def _relink(out: list[Command], final: dict[int, Command]) -> list[Command]:
