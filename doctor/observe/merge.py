@@ -215,30 +215,31 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
         if obs.head.approx:
             obs.line = _approx_line(obs, commands)
     seen = {(o.file, o.line) for o in observed}
+    paired = _pair(commands, observed)
+    used = {(c.site.file, c.site.line) for c in commands if id(c) in paired}
     out: list[Command] = []
     final: dict[int, Command] = {}  # a static Command -> what stands for it now (workers point at launchers)
-    used: set[tuple[str, int]] = set()
     ran = {merger.place(r.file, r.line, r.cwd)[0] for r in records}
     started = {merger.place(r.file, r.line, r.cwd) for r in records if not r.approx}
     for cmd in commands:
         key = (cmd.site.file, cmd.site.line)
         launching = cmd.launch is not None or any(w.name in TASK_WRAPPERS for w in cmd.wrappers)
-        if key in seen and launching and key not in used:
-            used.add(key)
-            same = [o for o in observed if (o.file, o.line) == key]  # a srun and the `bash -c` it runs
-            obs = next((o for o in same if any(r.launches for r in o.runs)), same[0])
-            out.append(merger.command(obs, cmd, by_id, cmd.flow, cmd.order))
+        if id(cmd) in paired:
+            out.append(merger.command(paired[id(cmd)], cmd, by_id, cmd.flow, cmd.order))
             final[id(cmd)] = out[-1]
         elif launching and key not in seen and complete.get(cmd.site.file) and cmd.site.file in ran and \
                 cmd.parent is None and not cmd.condition:
             if _launcher_ran(cmd, started):
-                # its srun/mpirun ran, and the task stopped before the program: on a stand-in of the
-                # node (`mkdir -p /scratch/...` && ...) the sandbox cannot be; the static reading stands
+                # its srun/mpirun ran: a tool the task runs for real (echo, sleep) is not recorded; a
+                # program that did not start stopped before, on a stand-in of the node the sandbox cannot
+                # be (`mkdir -p /scratch/...` && ...): either way the static reading stands
+                out.append(cmd)
+                if cmd.launch is None:
+                    continue
                 merger.differences.append({"file": cmd.site.file, "line": cmd.site.line, "what": "launch",
                                            "static": list(cmd.argv), "observed": None,
                                            "why": "its launcher ran in the sandbox, the task stopped before "
                                                   "the program (a path only the node has?): read statically"})
-                out.append(cmd)
                 continue
             merger.differences.append({"file": cmd.site.file, "line": cmd.site.line, "what": "launch",
                                        "static": list(cmd.argv), "observed": None,
@@ -253,6 +254,37 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
         flow = out[at - 1].flow if at and out else 0
         out.insert(at, merger.command(obs, None, by_id, flow, 0))
     return _relink(out, final)
+
+
+def _pair(commands: list[Command], observed: list[Observed]) -> dict[int, Observed]:
+    """Each static launch Command -> the observed line that stands for it: on its file:line, of the same
+    argv (`mkdir -p "$D" && exec "$@"` on one line: the python run is python's, not mkdir's); where none
+    on a line has the same argv, the line's first launch takes what ran there (a launching run first:
+    a srun and the `bash -c` it runs)."""
+    by_key: dict[tuple[str, int], list[Observed]] = {}
+    for o in observed:
+        by_key.setdefault((o.file, o.line), []).append(o)
+    launching = [c for c in commands if (c.site.file, c.site.line) in by_key and (
+        c.launch is not None or any(w.name in TASK_WRAPPERS for w in c.wrappers))]
+    paired: dict[int, Observed] = {}
+    taken: set[int] = set()
+    for cmd in launching:
+        for o in by_key[(cmd.site.file, cmd.site.line)]:
+            if id(o) not in taken and (_same_argv(cmd, o.head.argv) or _same_argv(cmd, o.runs[0].argv)):
+                paired[id(cmd)] = o
+                taken.add(id(o))
+                break
+    done = {(c.site.file, c.site.line) for c in launching if id(c) in paired}
+    for cmd in launching:
+        key = (cmd.site.file, cmd.site.line)
+        if key in done:
+            continue
+        done.add(key)
+        left = [o for o in by_key[key] if id(o) not in taken]
+        if left:
+            paired[id(cmd)] = next((o for o in left if any(r.launches for r in o.runs)), left[0])
+            taken.add(id(paired[id(cmd)]))
+    return paired
 
 
 def _launcher_ran(cmd: Command, started: set[tuple[str, int]]) -> bool:
