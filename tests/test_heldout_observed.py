@@ -112,7 +112,7 @@ def test_fix_leaves_the_job_clean_and_undo_restores_it(
     job = tmp_path / name
     shutil.copytree(HELDOUT / name / "broken", job)
     before = snapshot(job)
-    assert main(["fix", str(job), "--apply", "--unsafe", "--observe"]) == 0
+    assert main(["fix", str(job), "--apply", "--unsafe"]) == 0
     out = "".join(capsys.readouterr())
     assert "scorep-total-memory: verified" in out and "NOT verified" not in out, out
     assert messages(failing(job)) == {}

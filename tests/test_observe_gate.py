@@ -36,7 +36,7 @@ def _job(tmp_path: Path) -> Path:
 def test_the_gate_observes_the_job_within_its_timeout_and_says_so(fake_node, tmp_path: Path) -> None:
     job = _job(tmp_path)
     env = fake_node("healthy")
-    run = run_gate(env, str(job), "--playbook", "scorep-ddp", "--timeout", "6", "--observe", "-q", tmp_path=tmp_path)
+    run = run_gate(env, str(job), "--playbook", "scorep-ddp", "--timeout", "6", "-q", tmp_path=tmp_path)
     assert run.seconds < 6 + 4, run.seconds  # the interpreter's start and the node fakes on a busy machine
     assert run.doc is not None, run.stderr
     job_doc = run.doc["job"]
@@ -81,7 +81,7 @@ def test_the_report_says_how_the_launch_was_read(tmp_path: Path, capsys: pytest.
                                 "export SCOREP_TOTAL_MEMORY\nsrun -n 2 python -m scorep --cuda train.py\n")
     (job / "train.py").write_text("print('hi')\n")
     out = tmp_path / "report.md"
-    assert main(["report", str(job), "-o", str(out), "--no-redact", "--observe"]) in (0, 1)
+    assert main(["report", str(job), "-o", str(out), "--no-redact"]) in (0, 1)
     capsys.readouterr()
     text = out.read_text()
     assert "**How gpu-doctor read your launch**\n\nobserved: bash ran the job scripts in a sandbox" in text

@@ -101,8 +101,10 @@ def ddp_job(tmp_path: Path) -> Path:
     return folder
 
 
-def app_for(root: Path, env: dict[str, str] | None = None, playbook: str = "scorep-ddp") -> DoctorApp:
-    case = Case(root=root, env=env if env is not None else dict(os.environ))
+def app_for(root: Path, env: dict[str, str] | None = None, playbook: str = "scorep-ddp",
+            observe: bool = False) -> DoctorApp:
+    """The app on `root`; `observe` as `gpu-doctor PATH` has it by default (bash runs the job script)."""
+    case = Case(root=root, env=env if env is not None else dict(os.environ), options={"observe": observe})
     return make_app(case, Options(playbook=playbook, budget_s=CEILING_S, extra={"warmup": False, "grace_s": 2.0}))
 
 
@@ -127,7 +129,7 @@ def test_checks_fill_in_live_on_the_broken_example(job: Path, fake_node: Any) ->
 
 
 def test_opening_a_finding_shows_its_evidence(job: Path) -> None:
-    app = app_for(job, playbook="scorep-ddp")
+    app = app_for(job, playbook="scorep-ddp", observe=True)
 
     async def body(pilot: Any) -> None:
         await until(pilot, lambda: app.run_result is not None, what="the checks")
@@ -143,6 +145,11 @@ def test_opening_a_finding_shows_its_evidence(job: Path) -> None:
         # how the job model read the launch: the job script, then the command, its ranks and settings
         assert "How gpu-doctor read your launch" in text
         assert "SCOREP_TOTAL_MEMORY=4G" in text and "← job.sbatch:" in text
+        # which reading: bash ran the job script in a sandbox (the default), else why only the static one
+        from doctor.observe import sandbox
+
+        assert ("read: observed: bash ran the job scripts in a sandbox" if sandbox.kind() else
+                "read: static reading only: no sandbox here") in text, text
         ev = next(e for e in app.results["SCP003"].evidence if e.file and e.line)
         source = (job / ev.file if not Path(ev.file).is_absolute() else Path(ev.file)).read_text().splitlines()
         import re
