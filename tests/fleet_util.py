@@ -85,6 +85,9 @@ def history(folder: Path, t: Templates, nodes: int = 64, days: int = 30, per_day
             for k in range(per_day):
                 start = now - timedelta(days=days - 1 - d, hours=6 * (per_day - 1 - k), minutes=10 + i % 7)
                 last_two = d == days - 1 and k >= per_day - 2
+                if host == TODAY and last_two:  # both on today's date, whatever the hour the tests run
+                    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+                    start = max(start, today + timedelta(seconds=k))
                 if host in LEMONS:
                     doc = broken if d in lemon_days[host] and k == 1 else healthy
                 elif host == TODAY:
