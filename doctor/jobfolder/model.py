@@ -117,7 +117,12 @@ class EnvVar:
     substitution, an unknown variable); `raw` is what was written. `site` is
     where a script set it (None: inherited from the environment gpu-doctor
     runs in). `varies` means it differs per rank (a loop variable, or a rank
-    variable read inside a per-task shell).
+    variable read inside a per-task shell). `spelling` is an unknown value's
+    text one level down: what was written, with each shell variable that set
+    part of it replaced by that variable's own spelling, so only names the
+    environment of the job still has remain (`BASE=/scratch/$USER/v_${SLURM_JOB_ID}`
+    then `DIR=$BASE/run`: `/scratch/$USER/v_${SLURM_JOB_ID}/run`); None where the
+    value is known or nothing was written to spell (a loop variable, `read`).
     """
 
     name: str
@@ -131,6 +136,14 @@ class EnvVar:
     pieces: tuple[Piece, ...] = ()  # the value's characters by origin (scalars)
     item_pieces: tuple[tuple[Piece, ...], ...] = ()  # the same per array item
     span: Span | None = None  # the value as written in the assignment (inside its quotes)
+    spelling: str | None = None
+
+    @property
+    def spelled(self) -> str:
+        """The value where known, else its spelling one level down, else what was written."""
+        if self.value is not None:
+            return self.value
+        return self.spelling if self.spelling is not None else self.raw
 
     @property
     def unfollowed(self) -> bool:
