@@ -95,6 +95,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
                          "LNC002": {("run_bert.sh", 7)}},
     "lightning_num_nodes": {"SCP006": {("train.sbatch", 14), ("train.sbatch", 11)},
                             "SCP004": {("train.sbatch", 14)}, "LNC002": {("train.sbatch", 14)}},
+    # `BASE=/scratch/...; export SCOREP_EXPERIMENT_DIRECTORY=$BASE`, BASE not exported; `srun ./task.sh`
+    "srun_task_base_var": {"SCP006": {("task.sh", 6), ("vit.sbatch", 15)}, "LNC002": {("task.sh", 6)}},
 }
 
 # folder -> {check: what its message must say of the count (nodes × tasks per node)}
@@ -107,6 +109,8 @@ COUNTS: dict[str, dict[str, str]] = {
     "mpirun_two_hosts": {"SCP006": "mpirun starts 8 tasks (2 nodes × 4 tasks, from mpirun hosts gpu01,gpu02)",
                          "SCP004": "8 CUDA-recording ranks"},
     "lightning_num_nodes": {"SCP006": "srun starts 8 tasks (2 nodes × 4 tasks", "SCP004": "8 CUDA-recording ranks"},
+    "srun_task_base_var": {"SCP006": "every rank writes SCOREP_EXPERIMENT_DIRECTORY=$BASE "
+                                     "(/scratch/$USER/scorep/vit_${SLURM_JOB_ID}): srun starts 8 tasks (2 nodes × 4 tasks"},
     "multinode_rdzv": {"SCP006": "runs it in each of 4 workers on each of 2 nodes (8 in all)",
                        "SCP004": "8 CUDA-recording ranks",
                        "LNC002": "the CUDA warm-up runs on the first node (the batch shell) only, the instrumented "
@@ -180,6 +184,13 @@ AFTER: dict[str, list[tuple[str, str]]] = {
                          ("run_bert.sh", "\nmpirun -x SCOREP_CUDA_BUFFER -np 8 -H gpu01:4,gpu02:4 "),
                          ("run_bert.sh", MKDIR_PREFIX + "scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec")],
     "lightning_num_nodes": [("train.sbatch", "srun " + MKDIR_PREFIX + "scorep_rank_${SLURM_PROCID}")],
+    # the task has the exported value, not BASE: each rank's folder under it, made there first
+    "srun_task_base_var": [("task.sh", 'export WORLD_SIZE=$SLURM_NTASKS\nmkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"\n'
+                                       "SCOREP_EXPERIMENT_DIRECTORY=${SCOREP_EXPERIMENT_DIRECTORY}/scorep_rank_${RANK} "
+                                       "exec python -m scorep --cuda train_vit.py --epochs 1\n"),
+                           ("vit.sbatch", "BASE=/scratch/$USER/scorep/vit_${SLURM_JOB_ID}\n"
+                                          "export SCOREP_EXPERIMENT_DIRECTORY=$BASE\n"),
+                           ("vit.sbatch", NODE_WARMUP)],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
