@@ -18,6 +18,7 @@ from doctor.jobfolder.queries import (
     problem_evidence,
     ranks,
     sbatch,
+    submitted,
 )
 from doctor.limits import bound_problem
 from doctor.model import Evidence, Layer, Outcome, Status, fail, passed, skip, unknown, warn
@@ -91,6 +92,10 @@ def launcher_only(facts: Facts) -> list[Outcome]:
                                [ev(job, cmd.site, "launch"), problem_evidence(job, script)],
                                entities={"file": job.rel(script.path)}))
             continue
+        submitted = _submitit(job, cmd, launch, script)
+        if submitted is not None:
+            out.append(submitted)
+            continue
         if sp is None:
             n, how = ranks(job, cmd, launch)
             out.append(passed(f"each measured process runs the training script itself ({how})",
@@ -116,6 +121,28 @@ def launcher_only(facts: Facts) -> list[Outcome]:
         out.append(link_unknown(job, "no `python -m scorep` launch")
                    or skip("no `python -m scorep` launch in the job folder"))
     return out
+
+
+def _submitit(job: Job, cmd: Command, launch: Any, script: Any) -> Outcome | None:
+    """`python -m scorep launch.py` where launch.py hands a function to submitit's
+    `executor.submit`: Score-P measures the submitting process; the tasks Slurm starts run the
+    function in interpreters of their own, unmeasured."""
+    sub = submitted(job, launch)
+    if script is None or sub is None:
+        return None
+    lay = layout(job, cmd, launch)
+    tasks = (f"the {lay.world} tasks it starts, {lay.tasks_per_node} on each of {lay.nodes} nodes"
+             if lay.several_nodes and lay.world is not None else "the tasks it starts")
+    evidence = [ev(job, cmd.site, "launch", f"{cmd.site.text}  ({lay.words()}: {lay.how})"),
+                ev(job, sub.site, "submits to Slurm")]
+    assert launch.scorep is not None
+    data = command_data(cmd) | {"spawner": "submitit", "function": sub.function, "script": launch.training_script,
+                                "submit": {"file": sub.site.file, "line": sub.site.line},
+                                "nodes": lay.nodes, "tasks_per_node": lay.tasks_per_node,
+                                "scorep_flags": list(launch.scorep.flags), "args": list(launch.training_args)}
+    return fail(f"`python -m scorep` wraps {job.rel(script.path)}, which hands {sub.function} to submitit: Score-P "
+                f"measures the submitting process only, not {tasks}", evidence, "per-rank-launch",
+                entities={"file": job.rel(cmd.site.file)}, data=data)
 
 
 def _workers(sp: Any, lay: Any = None) -> str:

@@ -392,9 +392,19 @@ class KwCall:
     kwargs: Mapping[str, Any]
     kw_sites: Mapping[str, Site]
     star_kwargs: bool = False
+    exprs: Mapping[str, str] = field(default_factory=dict)  # a value that is not literal, as written
 
 
 UNKNOWN = "<unknown>"
+
+
+@dataclass(frozen=True)
+class Submit:
+    """submitit's `executor.submit(fn, ...)` (or `map_array`): `fn` runs in every task of the job
+    Slurm starts, on the nodes the executor's parameters ask for, not in this process."""
+
+    site: Site
+    function: str  # as written: `train`, `Trainer(args)`, `submitit.helpers.CommandFunction([...])`
 
 
 @dataclass(frozen=True)
@@ -430,6 +440,11 @@ class PyScript:
     training_defaults: tuple[KwCall, ...] = ()  # `class Args(TrainingArguments)`: its fields' defaults
     # submitit's update_parameters/AutoExecutor, Lightning's Trainer: their node and task counts
     layout_calls: tuple[KwCall, ...] = ()
+    # what a layout value written as a name or `args.nodes` is: `name = 4` / `name = args.ngpus`
+    # (the int, or the expression), and argparse's `add_argument("--nodes", type=int, default=2)`
+    int_names: Mapping[str, int | str] = field(default_factory=dict)
+    int_options: Mapping[str, tuple[int, Site]] = field(default_factory=dict)  # dest -> (default, site)
+    submits: tuple[Submit, ...] = ()  # submitit's `executor.submit(fn)`: the function runs in each task
 
     @property
     def ok(self) -> bool:

@@ -518,30 +518,78 @@ def _spawner_nodes(job: Job, sp: Any) -> int | None:
 def script_layout(job: Job, cmd: Command) -> Layout | None:
     """A Python launcher's own node and task counts: submitit's `update_parameters(slurm_nodes=8,
     tasks_per_node=4)` / `AutoExecutor`, Lightning's `Trainer(num_nodes=2, devices=4)`, in the
-    script the command runs or a module it imports."""
+    script the command runs or a module it imports. A count written as a name (`nodes=nodes`,
+    `tasks_per_node=num_gpus_per_node`) or an option (`nodes=args.nodes`) is what the name is set
+    to, and the option's value on the command line, else its argparse default."""
     launch = cmd.launch
     while launch is not None and launch.inner is not None:
         launch = launch.inner
     script = job.script(launch.training_script) if launch is not None else None
-    if script is None:
+    if launch is None or script is None:
         return None
+    closure = job.import_closure(script, import_time_only=False)
     nodes: int | None = None
     per_node: int | None = None
     how = ""
-    for s in job.import_closure(script, import_time_only=False):
+    for s in closure:
         for call in s.layout_calls:
-            kw = call.kwargs
+            at = f"at {job.rel(s.path)}:{call.site.line}"
             for key in ("slurm_nodes", "nodes", "num_nodes"):
-                if isinstance(kw.get(key), int):
-                    nodes, how = kw[key], f"{call.name}({key}={kw[key]}) at {job.rel(s.path)}:{call.site.line}"
+                found = _layout_value(job, call, key, closure, launch.training_args)
+                if found is not None:
+                    nodes, how = found[0], f"{call.name}({key}={found[1]}) {at}{found[2]}"
             for key in ("tasks_per_node", "slurm_ntasks_per_node", "devices", "gpus_per_node", "slurm_gpus_per_node"):
-                if isinstance(kw.get(key), int) and (per_node is None or key in ("tasks_per_node",
-                                                                                 "slurm_ntasks_per_node", "devices")):
-                    per_node = kw[key]
-                    how = how or f"{call.name}({key}={kw[key]}) at {job.rel(s.path)}:{call.site.line}"
+                found = _layout_value(job, call, key, closure, launch.training_args)
+                if found is not None and (per_node is None or key in ("tasks_per_node", "slurm_ntasks_per_node",
+                                                                      "devices")):
+                    per_node = found[0]
+                    how = how or f"{call.name}({key}={found[1]}) {at}{found[2]}"
     if nodes is None and per_node is None:
         return None
     return Layout(nodes or 1, per_node or 1, how)
+
+
+def _layout_value(job: Job, call: Any, key: str, closure: list[Any],
+                  args: tuple[str, ...]) -> tuple[int, str, str] | None:
+    """(count, as written, where it comes from) of one layout keyword: a literal; a name set to one
+    (`num_gpus_per_node = 4`, or to an option); an option `args.nodes`: `--nodes 8` on the command
+    line, else `add_argument("--nodes", type=int, default=2)`."""
+    value = call.kwargs.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, str(value), ""
+    expr = call.exprs.get(key)
+    text = expr
+    for _ in range(4):  # `n = args.nodes` then `nodes=n`
+        if text is None:
+            return None
+        named = next((s.int_names[text] for s in closure if text in s.int_names), None)
+        if isinstance(named, int):
+            return named, str(expr), f" ({text} = {named})"
+        if named is None:
+            break
+        text = named
+    option = re.fullmatch(r"\w+\.(\w+)", text or "")
+    if option is None:
+        return None
+    dest = option.group(1)
+    for i, word in enumerate(args):
+        flag, eq, given = word.partition("=")
+        if flag.startswith("--") and flag[2:].replace("-", "_") == dest:
+            given = given if eq else (args[i + 1] if i + 1 < len(args) else "")
+            return (int(given), str(expr), f" ({flag} {given} on the command line)") if given.isdigit() else None
+    default = next((s.int_options[dest] for s in closure if dest in s.int_options), None)
+    if default is None:
+        return None
+    return default[0], str(expr), f" (--{dest} defaults to {default[0]} at {job.rel(default[1].file)}:{default[1].line})"
+
+
+def submitted(job: Job, launch: Launch) -> Any:
+    """The submitit `executor.submit(fn)` of the script a launch runs (a Submit), else None: that
+    process only queues the job; `fn` runs in the tasks Slurm starts, in interpreters of their own."""
+    if launch.spawner is not None or not launch.training_script:
+        return None
+    script = job.script(launch.training_script)
+    return script.submits[0] if script is not None and script.submits else None
 
 
 def task_layout(job: Job, cmd: Command) -> Layout:
