@@ -54,12 +54,16 @@ def launcher_only(facts: Facts) -> list[Outcome]:
     """What it does:
     Finds `python -m scorep` launches whose program spawns the workers: torchrun
     (`$(which torchrun)`), `-m torch.distributed.run`/`.launch`, `accelerate launch`,
-    `deepspeed`, or a wrapper script whose code calls `torch.distributed.run.main()`.
+    `deepspeed`, or a wrapper script whose code calls `torch.distributed.run.main()`; and those
+    whose program hands the training function to submitit (`executor.submit(train)`), which
+    queues a Slurm job whose tasks run it.
 
     Why is this bad?
     `python -m scorep` preloads Score-P into its own process only and removes the preload
     again, so the workers the elastic agent spawns start fresh interpreters without Score-P.
     The trace holds one process, `LocalElasticAgent._invoke_run` waiting: no kernels, no NCCL.
+    Under submitit the measured process is the one that submits; the tasks on the nodes unpickle
+    and run the function in interpreters of their own, unmeasured.
 
     Example:
         python -m scorep --cuda scorep_torchrun.py --nproc_per_node=8 train.py
@@ -67,10 +71,12 @@ def launcher_only(facts: Facts) -> list[Outcome]:
     Remedy:
     Launch every rank yourself, each as its own `python -m scorep` with RANK, LOCAL_RANK,
     WORLD_SIZE, MASTER_ADDR/PORT and its own SCOREP_EXPERIMENT_DIRECTORY (or `gpu-doctor launch`).
+    Under submitit, submit `submitit.helpers.CommandFunction(["bash", "scorep_task.sh"])`, a script
+    that runs `python -m scorep` in each task, and start the launcher without Score-P.
 
     Severity:
-    fail when `python -m scorep` runs a launcher that spawns the workers (the workers are never
-    measured); unknown when the wrapped script cannot be read; skip without a `python -m scorep`
+    fail when `python -m scorep` runs a launcher that spawns the workers or submits them
+    through submitit (the workers are never measured); unknown when the wrapped script cannot be read; skip without a `python -m scorep`
     launch; else pass.
 
     Fix safety:

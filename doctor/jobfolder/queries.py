@@ -529,6 +529,7 @@ def script_layout(job: Job, cmd: Command) -> Layout | None:
         return None
     closure = job.import_closure(script, import_time_only=False)
     nodes: int | None = None
+    unknown_nodes = False
     per_node: int | None = None
     how = ""
     for s in closure:
@@ -538,15 +539,17 @@ def script_layout(job: Job, cmd: Command) -> Layout | None:
                 found = _layout_value(job, call, key, closure, launch.training_args)
                 if found is not None:
                     nodes, how = found[0], f"{call.name}({key}={found[1]}) {at}{found[2]}"
+                elif key in call.exprs:  # `nodes=args.nodes` with `--nodes $N`: known when the job runs
+                    unknown_nodes, how = True, f"{call.name}({key}={call.exprs[key]}) {at}"
             for key in ("tasks_per_node", "slurm_ntasks_per_node", "devices", "gpus_per_node", "slurm_gpus_per_node"):
                 found = _layout_value(job, call, key, closure, launch.training_args)
                 if found is not None and (per_node is None or key in ("tasks_per_node", "slurm_ntasks_per_node",
                                                                       "devices")):
                     per_node = found[0]
                     how = how or f"{call.name}({key}={found[1]}) {at}{found[2]}"
-    if nodes is None and per_node is None:
+    if nodes is None and per_node is None and not unknown_nodes:
         return None
-    return Layout(nodes or 1, per_node or 1, how)
+    return Layout(None if nodes is None and unknown_nodes else nodes or 1, per_node or 1, how)
 
 
 def _layout_value(job: Job, call: Any, key: str, closure: list[Any],
