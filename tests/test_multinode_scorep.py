@@ -49,7 +49,7 @@ loss.backward()
 # One write per line: two workers of a node share torchrun's stdout, and print() with
 # PYTHONUNBUFFERED writes the text and its newline apart, so lines could interleave.
 os.write(1, (f"rank {dist.get_rank()} of {dist.get_world_size()} on {os.uname().nodename} "
-             f"into {os.environ['SCOREP_EXPERIMENT_DIRECTORY']}\n").encode())
+             f"into {os.environ['SCOREP_EXPERIMENT_DIRECTORY']}\\n").encode())
 dist.destroy_process_group()
 '''
 
