@@ -90,3 +90,49 @@ def test_the_fixed_task_script_writes_each_ranks_folder_under_the_jobs_base(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{base}/scorep_rank_5"
     assert base.is_dir()  # made before Score-P, which does not create the parents of its folder
+
+
+BASE = "BASE=/scratch/$USER/scorep/vit_${SLURM_JOB_ID}\n"
+TASK = "#!/bin/bash\n{own}exec python -m scorep --cuda train.py\n"
+PER_TASK = ("\nSCOREP_EXPERIMENT_DIRECTORY=${SCOREP_EXPERIMENT_DIRECTORY}/scorep_rank_${SLURM_PROCID} exec python -m "
+            "scorep --cuda train.py\n")
+MKDIR = 'mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"'  # Score-P makes its folder, not the folder's parents
+ON_THE_LINE = ("srun bash -c 'mkdir -p \"$SCOREP_EXPERIMENT_DIRECTORY\" && SCOREP_EXPERIMENT_DIRECTORY="
+               "$SCOREP_EXPERIMENT_DIRECTORY/scorep_rank_${SLURM_PROCID} exec \"$@\"' bash python -m scorep --cuda "
+               "train.py\n")
+
+
+@pytest.mark.parametrize("nodes, batch, own, fixed, base", [
+    (2, BASE + "export SCOREP_EXPERIMENT_DIRECTORY=$BASE\nsrun ./task.sh\n", "", ("task.sh", PER_TASK), "vit_"),
+    (2, BASE + "export SCOREP_EXPERIMENT_DIRECTORY=${BASE}\nsrun ./task.sh\n", "", ("task.sh", PER_TASK), "vit_"),
+    (2, BASE + 'export SCOREP_EXPERIMENT_DIRECTORY="$BASE"\nsrun ./task.sh\n', "", ("task.sh", PER_TASK), "vit_"),
+    (2, BASE + "export SCOREP_EXPERIMENT_DIRECTORY=$BASE/run\nsrun ./task.sh\n", "", ("task.sh", PER_TASK), "/run/"),
+    (2, "export " + BASE + "export SCOREP_EXPERIMENT_DIRECTORY=$BASE\nsrun ./task.sh\n", "", ("task.sh", PER_TASK),
+     "vit_"),
+    (2, "srun ./task.sh\n", BASE + "export SCOREP_EXPERIMENT_DIRECTORY=$BASE\n", ("task.sh", PER_TASK), "vit_"),
+    (2, BASE + "export SCOREP_EXPERIMENT_DIRECTORY=$BASE\nsrun python -m scorep --cuda train.py\n", None,
+     ("job.sbatch", ON_THE_LINE), "vit_"),
+    (1, BASE + "export SCOREP_EXPERIMENT_DIRECTORY=$BASE\nsrun ./task.sh\n", "", ("task.sh", PER_TASK), "vit_"),
+    (1, BASE + "export SCOREP_EXPERIMENT_DIRECTORY=$BASE\nsrun python -m scorep --cuda train.py\n", None,
+     ("job.sbatch", ON_THE_LINE), "vit_"),
+])
+def test_per_rank_folders_stay_under_a_base_set_through_a_shell_variable(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], nodes: int, batch: str, own: str | None,
+        fixed: tuple[str, str], base: str) -> None:
+    files = {"job.sbatch": f"#!/bin/bash\n#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node=4\n"
+                           f"export SCOREP_TOTAL_MEMORY=3500M\nexport SCOREP_CUDA_BUFFER=64M\n{batch}",
+             "train.py": TRAIN}
+    if own is not None:
+        files["task.sh"] = TASK.format(own=own)
+    job = write_job(tmp_path, files)
+    if own is not None:
+        (job / "task.sh").chmod(0o755)
+    out, verified, left = fix_apply_unsafe(job, capsys)
+    assert verified.get("scorep-per-rank-dirs") is True and not left, out
+    text = (job / fixed[0]).read_text()
+    assert fixed[1] in text and MKDIR in text[:text.find(fixed[1]) + len(fixed[1])], text  # made first
+    (cmd, _launch), = job_of(job).instrumented
+    var = cmd.var("SCOREP_EXPERIMENT_DIRECTORY")  # the re-check reads each rank's folder under the base
+    assert var is not None and var.varies and var.spelling is not None
+    assert var.spelling.startswith("/scratch/$USER/scorep/vit_${SLURM_JOB_ID}") and base in var.spelling
+    assert var.spelling.endswith("/scorep_rank_${SLURM_PROCID}")
