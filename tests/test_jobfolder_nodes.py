@@ -88,7 +88,7 @@ parser.add_argument("--ngpus", default=8, type=int, help="GPUs per node")
 args = parser.parse_args()
 num_gpus_per_node = args.ngpus
 executor = submitit.SlurmExecutor(folder="logs")
-executor.update_parameters(nodes=args.nodes, ntasks_per_node=num_gpus_per_node, gpus_per_node=num_gpus_per_node)
+executor.update_parameters(nodes=args.nodes, ntasks_per_node=num_gpus_per_node, gpus_per_node=8)
 executor.submit(main)
 """
 
@@ -112,6 +112,22 @@ def test_a_submitit_count_says_where_it_came_from(tmp_path: Path) -> None:
     lay = layout(job, cmd, cmd.launch)
     assert lay.how == "update_parameters(nodes=args.nodes) at submit.py:13 (--nodes 8 on the command line)"
     assert (lay.nodes, lay.tasks_per_node) == (8, 8)  # --ngpus: its default, 8
+
+
+def test_the_script_a_submitit_command_runs_is_read_as_every_task_runs_it(tmp_path: Path) -> None:
+    job = job_of(write_job(tmp_path, {
+        "launch.sh": "#!/bin/bash\nexport SCOREP_TOTAL_MEMORY=3500M\npython submit.py --nodes 8 --ngpus 4\n",
+        "submit.py": SUBMIT_ARGS.replace("from train import main\n", "").replace(
+            "executor.submit(main)", 'task = submitit.helpers.CommandFunction(["bash", "task.sh", str(args.nodes)])\n'
+                                     "executor.submit(task)"),
+        "task.sh": "#!/bin/bash\nexec python -m scorep --cuda train.py --tag \"$1\"\n", "train.py": TRAIN}))
+    (cmd, launch), = job.instrumented  # task.sh is not a job of its own
+    assert cmd.site.file.endswith("task.sh") and cmd.per_task and [w.name for w in cmd.wrappers] == ["srun", "exec"]
+    lay = layout(job, cmd, launch)
+    assert (lay.nodes, lay.tasks_per_node, lay.world) == (8, 4, 32)
+    assert lay.how == "submitit's srun, update_parameters(nodes=args.nodes) at submit.py:12 (--nodes 8 on the command line)"
+    assert cmd.env["SCOREP_TOTAL_MEMORY"].value == "3500M"  # the launcher's environment reaches every task
+    assert cmd.argv[-1] == "str(args.nodes)" and not cmd.argv_words[-1].known
 
 
 def test_lnc004_counts_the_nodes_submitit_asks_for(tmp_path: Path) -> None:

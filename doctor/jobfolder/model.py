@@ -169,6 +169,7 @@ class Wrapper:
     name: str
     argv: tuple[str, ...]
     tasks: int | None = None  # tasks it starts (srun -n, mpirun -np), when known
+    how: str | None = None  # where its counts come from when no script writes it (submitit's srun)
 
 
 @dataclass(frozen=True)
@@ -405,6 +406,9 @@ class Submit:
 
     site: Site
     function: str  # as written: `train`, `Trainer(args)`, `submitit.helpers.CommandFunction([...])`
+    # a `CommandFunction([...])`'s command: each word as written, and whether it is a literal string
+    # (`"task.sh"`) or known only when the launcher runs (`str(args.epochs)`)
+    command: tuple[tuple[str, bool], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,8 @@ TORCHRUN_MAINS = {"torch.distributed.run.main", "torch.distributed.launch.main",
 EXITS = ("sys.exit", "exit", "quit", "os._exit", "SystemExit")
 # Python launchers that say how many nodes and tasks per node: submitit, Lightning.
 LAYOUT_CALLS = ("update_parameters", "AutoExecutor", "SlurmExecutor", "Trainer")
-LAYOUT_KEYS = ("slurm_nodes", "nodes", "num_nodes", "tasks_per_node", "slurm_ntasks_per_node", "devices",
-               "gpus_per_node", "slurm_gpus_per_node")
+LAYOUT_KEYS = ("slurm_nodes", "nodes", "num_nodes", "tasks_per_node", "slurm_ntasks_per_node", "ntasks_per_node",
+               "devices", "gpus_per_node", "slurm_gpus_per_node")  # SlurmExecutor: nodes, ntasks_per_node
 TRAINING_ARGS_SUFFIXES = ("TrainingArguments", "SFTConfig", "DPOConfig", "GRPOConfig", "RewardConfig")
 CUDA_INIT_CALLS = {"torch.cuda.init", "torch.cuda.synchronize", "torch.cuda.mem_get_info",
                    "torch.cuda.current_device", "torch.cuda.set_device", "torch.empty_like"}
@@ -102,6 +102,7 @@ class _Scan(ast.NodeVisitor):
             "layout_calls", "submits")}
         self.int_names: dict[str, int | str] = {}
         self.int_options: dict[str, tuple[int, Site]] = {}
+        self.commands: dict[str, tuple[tuple[str, bool], ...]] = {}  # `task = CommandFunction([...])`
         self.args_classes: set[str] = set()  # TrainingArguments subclasses defined here
         self.snippet = False  # a job script's `python -c` / here-document code
         self.r["uses_hf"] = False
@@ -243,6 +244,8 @@ class _Scan(ast.NodeVisitor):
                 self.int_names.setdefault(t.id, node.value.value)
             elif isinstance(t, ast.Name) and isinstance(node.value, ast.Attribute):
                 self.int_names.setdefault(t.id, ast.unparse(node.value))
+            elif isinstance(t, ast.Name) and (command := self._command(node.value)) is not None:
+                self.commands[t.id] = command
         if isinstance(node.value, ast.Call):
             q = self.qual(node.value.func) or ""
             if q.endswith("Trainer"):
@@ -276,7 +279,7 @@ class _Scan(ast.NodeVisitor):
         if attr == "add_argument":
             self._int_option(node)
         if attr in ("submit", "map_array") and node.args and "submitit" in self.aliases.values():
-            self.add("submits", Submit(self.site(node), ast.unparse(node.args[0])))
+            self.add("submits", Submit(self.site(node), ast.unparse(node.args[0]), self._command(node.args[0])))
         if q.endswith("HfArgumentParser"):
             self.add("hf_parser", self.site(node))
         if q in TORCHRUN_MAINS or (q == "runpy.run_module" and isinstance(first, ast.Constant)
@@ -311,6 +314,18 @@ class _Scan(ast.NodeVisitor):
         if self.qual(node) in ("torch.profiler.ProfilerActivity.CUDA", "torch.autograd.ProfilerActivity.CUDA"):
             self.add("profilers", self.site(node))
         self.generic_visit(node)
+
+    def _command(self, node: ast.expr) -> tuple[tuple[str, bool], ...] | None:
+        """`submitit.helpers.CommandFunction(["bash", "task.sh", str(args.epochs)])`, or a name set to
+        one: its command's words as written, each with whether it is a literal string."""
+        if isinstance(node, ast.Name):
+            return self.commands.get(node.id)
+        q = self.qual(node.func) if isinstance(node, ast.Call) else None
+        if not isinstance(node, ast.Call) or not (q or "").endswith("CommandFunction") or not node.args \
+                or not isinstance(node.args[0], (ast.List, ast.Tuple)):
+            return None
+        return tuple((e.value, True) if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                     else (ast.unparse(e), False) for e in node.args[0].elts)
 
     def _int_option(self, node: ast.Call) -> None:
         """`parser.add_argument("--nodes", type=int, default=2)`: dest `nodes`, default 2."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from doctor.jobfolder.model import Command, EnvVar, Job, Launch, PyScript, Site
@@ -518,33 +519,38 @@ def _spawner_nodes(job: Job, sp: Any) -> int | None:
 def script_layout(job: Job, cmd: Command) -> Layout | None:
     """A Python launcher's own node and task counts: submitit's `update_parameters(slurm_nodes=8,
     tasks_per_node=4)` / `AutoExecutor`, Lightning's `Trainer(num_nodes=2, devices=4)`, in the
-    script the command runs or a module it imports. A count written as a name (`nodes=nodes`,
-    `tasks_per_node=num_gpus_per_node`) or an option (`nodes=args.nodes`) is what the name is set
-    to, and the option's value on the command line, else its argparse default."""
+    script the command runs or a module it imports."""
     launch = cmd.launch
     while launch is not None and launch.inner is not None:
         launch = launch.inner
     script = job.script(launch.training_script) if launch is not None else None
     if launch is None or script is None:
         return None
-    closure = job.import_closure(script, import_time_only=False)
+    return launcher_layout(job.import_closure(script, import_time_only=False), launch.training_args, job.rel)
+
+
+def launcher_layout(closure: list[PyScript], args: tuple[str, ...], rel: Callable[[str], str]) -> Layout | None:
+    """The node and task counts the layout calls of `closure` (a launcher and what it imports) ask
+    for, started with `args`. A count written as a name (`nodes=nodes`, `tasks_per_node=num_gpus_per_node`)
+    or an option (`nodes=args.nodes`) is what the name is set to, and the option's value on the
+    command line, else its argparse default."""
     nodes: int | None = None
     unknown_nodes = False
     per_node: int | None = None
     how = ""
     for s in closure:
         for call in s.layout_calls:
-            at = f"at {job.rel(s.path)}:{call.site.line}"
+            at = f"at {rel(s.path)}:{call.site.line}"
             for key in ("slurm_nodes", "nodes", "num_nodes"):
-                found = _layout_value(job, call, key, closure, launch.training_args)
+                found = _layout_value(rel, call, key, closure, args)
                 if found is not None:
                     nodes, how = found[0], f"{call.name}({key}={found[1]}) {at}{found[2]}"
                 elif key in call.exprs:  # `nodes=args.nodes` with `--nodes $N`: known when the job runs
                     unknown_nodes, how = True, f"{call.name}({key}={call.exprs[key]}) {at}"
-            for key in ("tasks_per_node", "slurm_ntasks_per_node", "devices", "gpus_per_node", "slurm_gpus_per_node"):
-                found = _layout_value(job, call, key, closure, launch.training_args)
-                if found is not None and (per_node is None or key in ("tasks_per_node", "slurm_ntasks_per_node",
-                                                                      "devices")):
+            tasks_keys = ("tasks_per_node", "slurm_ntasks_per_node", "ntasks_per_node", "devices")
+            for key in (*tasks_keys, "gpus_per_node", "slurm_gpus_per_node"):
+                found = _layout_value(rel, call, key, closure, args)
+                if found is not None and (per_node is None or key in tasks_keys):
                     per_node = found[0]
                     how = how or f"{call.name}({key}={found[1]}) {at}{found[2]}"
     if nodes is None and per_node is None and not unknown_nodes:
@@ -552,7 +558,7 @@ def script_layout(job: Job, cmd: Command) -> Layout | None:
     return Layout(None if nodes is None and unknown_nodes else nodes or 1, per_node or 1, how)
 
 
-def _layout_value(job: Job, call: Any, key: str, closure: list[Any],
+def _layout_value(rel: Callable[[str], str], call: Any, key: str, closure: list[Any],
                   args: tuple[str, ...]) -> tuple[int, str, str] | None:
     """(count, as written, where it comes from) of one layout keyword: a literal; a name set to one
     (`num_gpus_per_node = 4`, or to an option); an option `args.nodes`: `--nodes 8` on the command
@@ -583,7 +589,7 @@ def _layout_value(job: Job, call: Any, key: str, closure: list[Any],
     default = next((s.int_options[dest] for s in closure if dest in s.int_options), None)
     if default is None:
         return None
-    return default[0], str(expr), f" (--{dest} defaults to {default[0]} at {job.rel(default[1].file)}:{default[1].line})"
+    return default[0], str(expr), f" (--{dest} defaults to {default[0]} at {rel(default[1].file)}:{default[1].line})"
 
 
 def submitted(job: Job, launch: Launch) -> Any:
@@ -636,7 +642,8 @@ def layout(job: Job, cmd: Command, launch: Launch | None = None) -> Layout:
             nodes = srun_layout(job, task.argv).nodes or nodes  # one agent per node of the step
         return Layout(nodes, sp.nproc, f"{sp.kind} --nnodes × --nproc_per_node")
     if task is not None:
-        return srun_layout(job, task.argv) if task.name == "srun" else mpirun_layout(job, task.argv)
+        tasks = srun_layout(job, task.argv) if task.name == "srun" else mpirun_layout(job, task.argv)
+        return replace(tasks, how=task.how) if task.how else tasks
     if cmd.loop is not None and cmd.background:
         return Layout(1, cmd.loop.count, "a backgrounded loop")
     found = script_layout(job, cmd)

@@ -535,6 +535,8 @@ class ShellWalker(Links, Branches):
         self.commands.append(cmd)
         if launch is not None and launch.spawner is not None and launch.spawner.no_python and launch.inner is None:
             self._workers(cmd, rest_words, launch, ctx)
+        elif launch is not None and launch.spawner is None and launch.kind == "script":
+            self._submitted(cmd, launch, ctx)
         if rest and rest[0] in ctx.state.functions and ctx.depth < MAX_DEPTH:
             body, def_src = ctx.state.functions[rest[0]]
             state = ctx.state.copy()
