@@ -16,7 +16,8 @@ readiness test in a warm-up loop, `--nopython`, and `eval`, `read <<<`, `printf 
 (issue 25) jobs over several nodes: srun over 2 nodes × 1 and × 4 tasks, torchrun over 2 nodes under
 Score-P, mpirun over 2 hosts, Lightning's `num_nodes`, a base folder set through a shell variable the
 batch script does not export (`BASE=/scratch/...; export SCOREP_EXPERIMENT_DIRECTORY=$BASE; srun
-./task.sh`), and submitit (`update_parameters(nodes=args.nodes, tasks_per_node=num_gpus_per_node)`).
+./task.sh`), and submitit (`update_parameters(nodes=args.nodes, tasks_per_node=num_gpus_per_node)` with
+`python -m scorep` around the launcher; `SlurmExecutor` submitting a `CommandFunction` that runs a task script).
 
 The broken variant raises what is wrong, with evidence on the line that set the value; the clean
 one raises nothing above pass in the job layers; `fix --apply --unsafe` leaves the broken one
@@ -103,6 +104,9 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "srun_task_base_var": {"SCP006": {("task.sh", 6), ("vit.sbatch", 15)}, "LNC002": {("task.sh", 6)}},
     # `python -m scorep --cuda launch.py --nodes 8 --ngpus 4`: launch.py's executor.submit(Task(args)) on line 49
     "submitit_eight_nodes": {"LNC001": {("run.sh", 10), ("launch.py", 49)}, "LNC002": {("run.sh", 10)}},
+    # submitit's SlurmExecutor(nodes=NODES, ntasks_per_node=...) submits CommandFunction(["bash", "dino_task.sh"])
+    "submitit_command_task": {"SCP006": {("dino_task.sh", 6), ("submit.sh", 6)}, "SCP004": {("dino_task.sh", 6)},
+                              "LNC002": {("dino_task.sh", 6)}},
 }
 
 # folder -> {check: what its message must say of the count (nodes × tasks per node)}
@@ -115,6 +119,9 @@ COUNTS: dict[str, dict[str, str]] = {
     "mpirun_two_hosts": {"SCP006": "mpirun starts 8 tasks (2 nodes × 4 tasks, from mpirun hosts gpu01,gpu02)",
                          "SCP004": "8 CUDA-recording ranks"},
     "lightning_num_nodes": {"SCP006": "srun starts 8 tasks (2 nodes × 4 tasks", "SCP004": "8 CUDA-recording ranks"},
+    "submitit_command_task": {"SCP006": "srun starts 32 tasks (8 nodes × 4 tasks, from submitit's srun, "
+                                        "update_parameters(nodes=NODES) at submit_dino.py:16 (NODES = 8))",
+                              "SCP004": "32 CUDA-recording ranks (8 nodes × 4 tasks)"},
     "submitit_eight_nodes": {"LNC001": "measures the submitting process only, not the 32 tasks it starts, 4 on each "
                                        "of 8 nodes"},
     "srun_task_base_var": {"SCP006": "every rank writes SCOREP_EXPERIMENT_DIRECTORY=$BASE "
@@ -199,6 +206,13 @@ AFTER: dict[str, list[tuple[str, str]]] = {
                            ("vit.sbatch", "BASE=/scratch/$USER/scorep/vit_${SLURM_JOB_ID}\n"
                                           "export SCOREP_EXPERIMENT_DIRECTORY=$BASE\n"),
                            ("vit.sbatch", NODE_WARMUP)],
+    # each task's folder under the exported base, named in the script every task runs; the buffer next to
+    # the job's other Score-P settings, which reach every task
+    "submitit_command_task": [("dino_task.sh", 'mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"\n'),
+                              ("dino_task.sh", "\nSCOREP_EXPERIMENT_DIRECTORY=${SCOREP_EXPERIMENT_DIRECTORY}/scorep_rank_"
+                                               '${RANK} exec python -m scorep --cuda dino_train.py "$@"\n'),
+                              ("dino_task.sh", "cuda_ready=0\n"),
+                              ("submit.sh", "dino_vits16\nexport SCOREP_CUDA_BUFFER=256M\npython submit_dino.py")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
