@@ -136,3 +136,26 @@ def test_per_rank_folders_stay_under_a_base_set_through_a_shell_variable(
     assert var is not None and var.varies and var.spelling is not None
     assert var.spelling.startswith("/scratch/$USER/scorep/vit_${SLURM_JOB_ID}") and base in var.spelling
     assert var.spelling.endswith("/scorep_rank_${SLURM_PROCID}")
+
+
+def test_the_process_tree_shows_the_base_a_task_gets_one_level_down() -> None:
+    import json
+
+    import jsonschema
+
+    from doctor.jobfolder.processes import job_json, launch_lines
+
+    job = job_of(HELDOUT / "broken")
+    tree = job_json(job)["processes"]
+    schema = json.loads((HELDOUT.parents[3] / "doctor" / "schemas" / "gate.schema.json").read_text())
+    jsonschema.validate(tree, {"type": "array", "items": {"$ref": "#/$defs/process"}, "$defs": schema["$defs"]})
+
+    def used(nodes: list[dict]) -> list[dict]:
+        return [v for n in nodes for v in [n.get("env_used", {}).get("SCOREP_EXPERIMENT_DIRECTORY")] + used(n["children"])
+                if v is not None]
+
+    (setting,) = {json.dumps(v, sort_keys=True): v for v in used(tree)}.values()
+    assert (setting["raw"], setting["spelling"], setting["file"], setting["line"]) == (
+        "$BASE", "/scratch/$USER/scorep/vit_${SLURM_JOB_ID}", "vit.sbatch", 15)
+    assert any(line.strip() == "SCOREP_EXPERIMENT_DIRECTORY=/scratch/$USER/scorep/vit_${SLURM_JOB_ID} (known when it "
+               "runs)  ← vit.sbatch:15" for line in launch_lines(job))
