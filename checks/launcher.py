@@ -18,6 +18,7 @@ from doctor.jobfolder.queries import (
     problem_evidence,
     ranks,
     sbatch,
+    submitted,
 )
 from doctor.limits import bound_problem
 from doctor.model import Evidence, Layer, Outcome, Status, fail, passed, skip, unknown, warn
@@ -53,12 +54,16 @@ def launcher_only(facts: Facts) -> list[Outcome]:
     """What it does:
     Finds `python -m scorep` launches whose program spawns the workers: torchrun
     (`$(which torchrun)`), `-m torch.distributed.run`/`.launch`, `accelerate launch`,
-    `deepspeed`, or a wrapper script whose code calls `torch.distributed.run.main()`.
+    `deepspeed`, or a wrapper script whose code calls `torch.distributed.run.main()`; and those
+    whose program hands the training function to submitit (`executor.submit(train)`), which
+    queues a Slurm job whose tasks run it.
 
     Why is this bad?
     `python -m scorep` preloads Score-P into its own process only and removes the preload
     again, so the workers the elastic agent spawns start fresh interpreters without Score-P.
     The trace holds one process, `LocalElasticAgent._invoke_run` waiting: no kernels, no NCCL.
+    Under submitit the measured process is the one that submits; the tasks on the nodes unpickle
+    and run the function in interpreters of their own, unmeasured.
 
     Example:
         python -m scorep --cuda scorep_torchrun.py --nproc_per_node=8 train.py
@@ -66,10 +71,12 @@ def launcher_only(facts: Facts) -> list[Outcome]:
     Remedy:
     Launch every rank yourself, each as its own `python -m scorep` with RANK, LOCAL_RANK,
     WORLD_SIZE, MASTER_ADDR/PORT and its own SCOREP_EXPERIMENT_DIRECTORY (or `gpu-doctor launch`).
+    Under submitit, submit `submitit.helpers.CommandFunction(["bash", "scorep_task.sh"])`, a script
+    that runs `python -m scorep` in each task, and start the launcher without Score-P.
 
     Severity:
-    fail when `python -m scorep` runs a launcher that spawns the workers (the workers are never
-    measured); unknown when the wrapped script cannot be read; skip without a `python -m scorep`
+    fail when `python -m scorep` runs a launcher that spawns the workers or submits them
+    through submitit (the workers are never measured); unknown when the wrapped script cannot be read; skip without a `python -m scorep`
     launch; else pass.
 
     Fix safety:
@@ -90,6 +97,10 @@ def launcher_only(facts: Facts) -> list[Outcome]:
             out.append(unknown(f"cannot tell whether {job.rel(script.path)} starts torchrun: {script.problem}",
                                [ev(job, cmd.site, "launch"), problem_evidence(job, script)],
                                entities={"file": job.rel(script.path)}))
+            continue
+        submitted = _submitit(job, cmd, launch, script)
+        if submitted is not None:
+            out.append(submitted)
             continue
         if sp is None:
             n, how = ranks(job, cmd, launch)
@@ -116,6 +127,28 @@ def launcher_only(facts: Facts) -> list[Outcome]:
         out.append(link_unknown(job, "no `python -m scorep` launch")
                    or skip("no `python -m scorep` launch in the job folder"))
     return out
+
+
+def _submitit(job: Job, cmd: Command, launch: Any, script: Any) -> Outcome | None:
+    """`python -m scorep launch.py` where launch.py hands a function to submitit's
+    `executor.submit`: Score-P measures the submitting process; the tasks Slurm starts run the
+    function in interpreters of their own, unmeasured."""
+    sub = submitted(job, launch)
+    if script is None or sub is None:
+        return None
+    lay = layout(job, cmd, launch)
+    tasks = (f"the {lay.world} tasks it starts, {lay.tasks_per_node} on each of {lay.nodes} nodes"
+             if lay.several_nodes and lay.world is not None else "the tasks it starts")
+    evidence = [ev(job, cmd.site, "launch", f"{cmd.site.text}  ({lay.words()}: {lay.how})"),
+                ev(job, sub.site, "submits to Slurm")]
+    assert launch.scorep is not None
+    data = command_data(cmd) | {"spawner": "submitit", "function": sub.function, "script": launch.training_script,
+                                "submit": {"file": sub.site.file, "line": sub.site.line},
+                                "nodes": lay.nodes, "tasks_per_node": lay.tasks_per_node,
+                                "scorep_flags": list(launch.scorep.flags), "args": list(launch.training_args)}
+    return fail(f"`python -m scorep` wraps {job.rel(script.path)}, which hands {sub.function} to submitit: Score-P "
+                f"measures the submitting process only, not {tasks}", evidence, "per-rank-launch",
+                entities={"file": job.rel(cmd.site.file)}, data=data)
 
 
 def _workers(sp: Any, lay: Any = None) -> str:

@@ -451,6 +451,14 @@ def experiment_per_rank(facts: Facts) -> list[Outcome]:
     return out or [passed("every measured process writes its own experiment folder")]
 
 
+def _spelled(var: Any) -> str:
+    """The value as written, and where that hides the folder (`$BASE`, known when the job runs) what
+    it is one level down: `$BASE (/scratch/$USER/scorep/vit_${SLURM_JOB_ID})`."""
+    if var.spelling is None or var.spelling == var.raw.strip("\"'"):
+        return str(var.raw)
+    return f"{var.raw} ({var.spelling})"
+
+
 def _shared_dir(job: Job, cmd: Any, why: str) -> list[Outcome]:
     var = cmd.var("SCOREP_EXPERIMENT_DIRECTORY")
     rank = rank_spelling(cmd) or "${RANK}"
@@ -470,11 +478,11 @@ def _shared_dir(job: Job, cmd: Any, why: str) -> list[Outcome]:
                      "scorep-per-rank-dirs", data=data | {"value": var.raw, "setting": var_data(var),
                                                           "nodes": lay.nodes})]
     if var.varies:
-        return [passed(f"SCOREP_EXPERIMENT_DIRECTORY={var.raw} differs per rank", var_evidence(job, var))]
+        return [passed(f"SCOREP_EXPERIMENT_DIRECTORY={_spelled(var)} differs per rank", var_evidence(job, var))]
     note = ""
     if any(r in ("SLURM_PROCID", "RANK", "LOCAL_RANK", "SLURM_LOCALID") for r in var.refs):
         note = " (the job script expands the rank variable once, before the tasks start)"
-    return [fail(f"every rank writes SCOREP_EXPERIMENT_DIRECTORY={var.raw}{note}: {said}",
+    return [fail(f"every rank writes SCOREP_EXPERIMENT_DIRECTORY={_spelled(var)}{note}: {said}",
                  [launch_ev, var_evidence(job, var)], "scorep-per-rank-dirs",
                  data=data | {"value": var.raw, "setting": var_data(var)})]
 

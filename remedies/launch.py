@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.model import Command, Job, Launch, Span, Word
-from doctor.jobfolder.queries import layout, one_script_for_all_nodes, sbatch_layout
+from doctor.jobfolder.queries import layout, one_script_for_all_nodes, sbatch_layout, submitted
 from doctor.model import Phase, Safety, Status
 from doctor.registry import remedy
 from doctor.remedy.draft import RemedyContext
@@ -80,6 +83,13 @@ def cuda_warmup(ctx: RemedyContext) -> None:
     wrapper script runs `python -m scorep` per worker), once per job script."""
     job = job_of(ctx)
     launches = at_targets(ctx, job.instrumented)
+    queued = [(c, lch) for c, lch in launches if submitted(job, lch) is not None]
+    if launches and len(queued) == len(launches):
+        raise CannotPlan(f"{job.rel(queued[0][0].site.file)}:{queued[0][0].site.line} only queues the job through "
+                         "submitit: a warm-up there warms the submitting host, not the nodes the tasks run on",
+                         ["In the command each submitit task runs (its scorep_task.sh), before `exec python -m "
+                          "scorep`, retry a real CUDA op until it succeeds: the loop `gpu-doctor explain LNC002` "
+                          "shows."])
     if not launches:
         if "per-rank-launch" in ctx.planned:
             ctx.note = "the per-rank launch script warms CUDA up before its ranks"
@@ -199,6 +209,9 @@ def comment_top(doc: TextDoc, line: int) -> int:
         phase=Phase.LAUNCH)
 def per_rank_launch(ctx: RemedyContext) -> None:
     job = job_of(ctx)
+    submitted = [t for t in ctx.targets() if t.data.get("spawner") == "submitit"]
+    if submitted:
+        _submitit_by_hand(job, submitted[0].data)
     wrapped = [(c, lch) for c, lch in at_targets(ctx, job.instrumented)
                if lch.scorep is not None and lch.spawner is not None]
     for cmd, launch in wrapped:
@@ -238,6 +251,27 @@ def per_rank_launch(ctx: RemedyContext) -> None:
                           "SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_N (field guide, error 8), or use "
                           "`gpu-doctor launch`."])
     ctx.note = "no python -m scorep launch wraps torchrun"
+
+
+def _submitit_by_hand(job: Job, data: Mapping[str, Any]) -> None:
+    """submitit starts the tasks from a pickled function: the per-task Score-P run is a command the
+    launcher submits in its place, written in the launcher's own Python, which gpu-doctor does not edit."""
+    script = job.rel(str(data.get("script") or "launch.py"))
+    submit = data.get("submit") or {}
+    at = f"{job.rel(str(submit.get('file', script)))}:{submit.get('line', '?')}"
+    flags = " ".join(data.get("scorep_flags") or ["--cuda"])
+    raise CannotPlan(
+        f"{script} hands {data.get('function')} to submitit, whose tasks run it unmeasured; the per-task "
+        "launch is Python gpu-doctor does not rewrite",
+        [f"In {at}, submit a command in its place that each task runs under Score-P: "
+         'executor.submit(submitit.helpers.CommandFunction(["bash", "scorep_task.sh", ...])).',
+         "In scorep_task.sh, name each task's folder and start its own Score-P: "
+         'export SCOREP_EXPERIMENT_DIRECTORY="$SCOREP_EXPERIMENT_DIRECTORY/rank_$SLURM_PROCID"; '
+         f'mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"; exec python -m scorep {flags} train.py "$@" '
+         "(RANK, LOCAL_RANK, WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS).",
+         f"Start {script} itself without Score-P: python {script} "
+         + " ".join(shlex.quote(str(a)) for a in data.get("args") or []),
+         "Then run gpu-doctor again on the job folder."])
 
 
 def _spawner_nodes(launch: Launch) -> str:

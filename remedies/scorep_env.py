@@ -233,6 +233,10 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
         elif var is None or _on_command(cmd, var) is False:
             head = cmd.span
             assert head is not None
+            # The folder is named from the exported value (`${SCOREP_EXPERIMENT_DIRECTORY}/...`), not
+            # from its spelling (`/scratch/$USER/.../vit_${SLURM_JOB_ID}/...`) nor from `$BASE`: the
+            # value is the one the batch shell computed and every task has it, while `$BASE` unexported
+            # is empty in a task and a spelling with `$(date ...)` or `$RANDOM` in it would differ per task.
             if base:
                 value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}"
                 edits.insert_lines_before(head.file, cmd.statement_line or head.line,
@@ -250,11 +254,18 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
 
 
 def experiment_base(var: EnvVar | None) -> str | None:
-    """The folder the job names for its measurements, as written (`/scratch/$USER/scorep/run_$SLURM_JOB_ID`),
-    when it is a path: each rank's folder goes under it, never into the submit folder (traces
-    of several GB belong where the user put them). A bare name (`scorep_run`) is a folder in the
-    submit folder itself: the ranks' folders take its place there."""
-    if var is None or not var.raw or "/" not in var.raw.rstrip("/"):
+    """The folder the job names for its measurements, as written where it is set
+    (`/scratch/$USER/scorep/run_$SLURM_JOB_ID`, or `$BASE`), when it is a path: each rank's folder
+    goes under it, never into the submit folder (traces of several GB belong where the user put
+    them). A bare name (`scorep_run`) is a folder in the submit folder itself: the ranks' folders
+    take its place there.
+
+    Whether it is a path is read from the value, or for one known only when the job runs from its
+    spelling one level down (`$BASE` set by `BASE=/scratch/$USER/...`): the written `$BASE` alone
+    says nothing, and a shell variable the batch script did not export is not even there in a task."""
+    if var is None or not var.raw:
+        return None
+    if "/" not in var.spelled.rstrip("/") and "/" not in var.raw.rstrip("/"):
         return None
     return var.raw.rstrip("/")
 

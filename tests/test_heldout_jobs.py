@@ -12,7 +12,12 @@ rendezvous with a `--no-python` wrapper, `cd "$SLURM_SUBMIT_DIR"` + `module load
 `while [ $rank -lt $ngpus ]` loop over ranks, Lua and Tcl modulefiles in the job folder, `srun $SRUN_ARGS
 bash -c "$CMD"`, a job script in a sub-folder launching `train.py` from there, `srun shifter`, `singularity
 exec`, `apptainer exec --env`, a `TrainingArguments` subclass's `field(default=True)`, a `python -c`
-readiness test in a warm-up loop, `--nopython`, and `eval`, `read <<<`, `printf -v`, `declare -n`.
+readiness test in a warm-up loop, `--nopython`, and `eval`, `read <<<`, `printf -v`, `declare -n`; and
+(issue 25) jobs over several nodes: srun over 2 nodes × 1 and × 4 tasks, torchrun over 2 nodes under
+Score-P, mpirun over 2 hosts, Lightning's `num_nodes`, a base folder set through a shell variable the
+batch script does not export (`BASE=/scratch/...; export SCOREP_EXPERIMENT_DIRECTORY=$BASE; srun
+./task.sh`), and submitit (`update_parameters(nodes=args.nodes, tasks_per_node=num_gpus_per_node)` with
+`python -m scorep` around the launcher; `SlurmExecutor` submitting a `CommandFunction` that runs a task script).
 
 The broken variant raises what is wrong, with evidence on the line that set the value; the clean
 one raises nothing above pass in the job layers; `fix --apply --unsafe` leaves the broken one
@@ -95,6 +100,13 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
                          "LNC002": {("run_bert.sh", 7)}},
     "lightning_num_nodes": {"SCP006": {("train.sbatch", 14), ("train.sbatch", 11)},
                             "SCP004": {("train.sbatch", 14)}, "LNC002": {("train.sbatch", 14)}},
+    # `BASE=/scratch/...; export SCOREP_EXPERIMENT_DIRECTORY=$BASE`, BASE not exported; `srun ./task.sh`
+    "srun_task_base_var": {"SCP006": {("task.sh", 6), ("vit.sbatch", 15)}, "LNC002": {("task.sh", 6)}},
+    # `python -m scorep --cuda launch.py --nodes 8 --ngpus 4`: launch.py's executor.submit(Task(args)) on line 49
+    "submitit_eight_nodes": {"LNC001": {("run.sh", 10), ("launch.py", 49)}, "LNC002": {("run.sh", 10)}},
+    # submitit's SlurmExecutor(nodes=NODES, ntasks_per_node=...) submits CommandFunction(["bash", "dino_task.sh"])
+    "submitit_command_task": {"SCP006": {("dino_task.sh", 6), ("submit.sh", 6)}, "SCP004": {("dino_task.sh", 6)},
+                              "LNC002": {("dino_task.sh", 6)}},
 }
 
 # folder -> {check: what its message must say of the count (nodes × tasks per node)}
@@ -107,6 +119,13 @@ COUNTS: dict[str, dict[str, str]] = {
     "mpirun_two_hosts": {"SCP006": "mpirun starts 8 tasks (2 nodes × 4 tasks, from mpirun hosts gpu01,gpu02)",
                          "SCP004": "8 CUDA-recording ranks"},
     "lightning_num_nodes": {"SCP006": "srun starts 8 tasks (2 nodes × 4 tasks", "SCP004": "8 CUDA-recording ranks"},
+    "submitit_command_task": {"SCP006": "srun starts 32 tasks (8 nodes × 4 tasks, from submitit's srun, "
+                                        "update_parameters(nodes=NODES) at submit_dino.py:16 (NODES = 8))",
+                              "SCP004": "32 CUDA-recording ranks (8 nodes × 4 tasks)"},
+    "submitit_eight_nodes": {"LNC001": "measures the submitting process only, not the 32 tasks it starts, 4 on each "
+                                       "of 8 nodes"},
+    "srun_task_base_var": {"SCP006": "every rank writes SCOREP_EXPERIMENT_DIRECTORY=$BASE "
+                                     "(/scratch/$USER/scorep/vit_${SLURM_JOB_ID}): srun starts 8 tasks (2 nodes × 4 tasks"},
     "multinode_rdzv": {"SCP006": "runs it in each of 4 workers on each of 2 nodes (8 in all)",
                        "SCP004": "8 CUDA-recording ranks",
                        "LNC002": "the CUDA warm-up runs on the first node (the batch shell) only, the instrumented "
@@ -180,6 +199,20 @@ AFTER: dict[str, list[tuple[str, str]]] = {
                          ("run_bert.sh", "\nmpirun -x SCOREP_CUDA_BUFFER -np 8 -H gpu01:4,gpu02:4 "),
                          ("run_bert.sh", MKDIR_PREFIX + "scorep_rank_${OMPI_COMM_WORLD_RANK:-${PMI_RANK}} exec")],
     "lightning_num_nodes": [("train.sbatch", "srun " + MKDIR_PREFIX + "scorep_rank_${SLURM_PROCID}")],
+    # the task has the exported value, not BASE: each rank's folder under it, made there first
+    "srun_task_base_var": [("task.sh", 'export WORLD_SIZE=$SLURM_NTASKS\nmkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"\n'
+                                       "SCOREP_EXPERIMENT_DIRECTORY=${SCOREP_EXPERIMENT_DIRECTORY}/scorep_rank_${RANK} "
+                                       "exec python -m scorep --cuda train_vit.py --epochs 1\n"),
+                           ("vit.sbatch", "BASE=/scratch/$USER/scorep/vit_${SLURM_JOB_ID}\n"
+                                          "export SCOREP_EXPERIMENT_DIRECTORY=$BASE\n"),
+                           ("vit.sbatch", NODE_WARMUP)],
+    # each task's folder under the exported base, named in the script every task runs; the buffer next to
+    # the job's other Score-P settings, which reach every task
+    "submitit_command_task": [("dino_task.sh", 'mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"\n'),
+                              ("dino_task.sh", "\nSCOREP_EXPERIMENT_DIRECTORY=${SCOREP_EXPERIMENT_DIRECTORY}/scorep_rank_"
+                                               '${RANK} exec python -m scorep --cuda dino_train.py "$@"\n'),
+                              ("dino_task.sh", "cuda_ready=0\n"),
+                              ("submit.sh", "dino_vits16\nexport SCOREP_CUDA_BUFFER=256M\npython submit_dino.py")],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}
@@ -188,6 +221,8 @@ CANNOT: dict[str, dict[str, str]] = {
     "eval_memory": {"SCP003": "scorep-total-memory", "SCP009": "scorep-total-memory"},
     "read_memory": {"SCP003": "scorep-total-memory", "SCP009": "scorep-total-memory"},
     "printf_v_memory": {"SCP003": "scorep-total-memory"},
+    # the per-task launch is submitit's, in launch.py's Python: the manual steps name it
+    "submitit_eight_nodes": {"LNC001": "per-rank-launch", "LNC002": "cuda-warmup"},
 }
 
 
@@ -266,6 +301,21 @@ def test_a_per_task_wrapper_that_exports_its_folder_before_its_rank_gets_the_fol
     fixed = wrapper.read_text()  # ${RANK} is empty where the export stands: the launch line names it
     assert "export SCOREP_EXPERIMENT_DIRECTORY=scorep_mpi_run\n" in fixed
     assert 'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${RANK} python -m scorep --cuda "$@"\n' in fixed
+
+
+def test_the_submitit_job_counts_the_nodes_its_launcher_asks_for_on_the_command_line() -> None:
+    from jobfolder_util import run_check
+    from test_multinode_ifname import fact
+
+    for variant, line, launch, call in (("broken", 10, "python -m scorep --cuda launch.py", 38),
+                                        ("clean", 7, "python launch.py", 25)):
+        [out] = run_check("LNC004", HELDOUT / "submitit_eight_nodes" / variant,
+                          {"socket_route": fact(("127.0.1.1",))}, host="gpu012")
+        assert "one node" not in out.message and out.status.name == "FAIL", out.message
+        said = [(e.file, e.line, e.text) for e in out.evidence]
+        assert ("run.sh", line, f"{launch} --nodes 8 --ngpus 4 --epochs 1  (8 nodes × 4 tasks: "
+                f"update_parameters(nodes=args.nodes) at launch.py:{call} "
+                "(--nodes 8 on the command line))") in said, said
 
 
 def test_a_case_arm_that_cannot_run_is_not_read_as_a_launch() -> None:

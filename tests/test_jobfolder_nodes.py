@@ -75,6 +75,61 @@ def test_a_python_launcher_says_its_own_nodes_and_tasks(tmp_path: Path) -> None:
                                             "fit.py": LIGHTNING}) == [(2, 4)]
 
 
+SUBMIT_ARGS = """\
+import argparse
+
+import submitit
+
+from train import main
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--nodes", type=int, default=2)
+parser.add_argument("--ngpus", default=8, type=int, help="GPUs per node")
+args = parser.parse_args()
+num_gpus_per_node = args.ngpus
+executor = submitit.SlurmExecutor(folder="logs")
+executor.update_parameters(nodes=args.nodes, ntasks_per_node=num_gpus_per_node, gpus_per_node=8)
+executor.submit(main)
+"""
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("python submit.py", (2, 8)),  # argparse's defaults
+    ("python submit.py --nodes 8 --ngpus 4", (8, 4)),
+    ("python submit.py --nodes=8 --ngpus=4", (8, 4)),
+    ("python submit.py --nodes $N", (None, 8)),  # known only when the job runs: not the default
+])
+def test_submitit_counts_written_as_options_are_the_command_lines_or_the_defaults(
+        tmp_path: Path, line: str, expected: tuple[int | None, int]) -> None:
+    got = layouts(tmp_path, {"launch.sh": f"#!/bin/bash\n{line}\n", "submit.py": SUBMIT_ARGS})
+    assert got == [expected]
+
+
+def test_a_submitit_count_says_where_it_came_from(tmp_path: Path) -> None:
+    job = job_of(write_job(tmp_path, {"launch.sh": "#!/bin/bash\npython submit.py --nodes 8\n",
+                                      "submit.py": SUBMIT_ARGS, "train.py": TRAIN}))
+    (cmd,) = [c for c in job.commands if c.launch is not None]
+    lay = layout(job, cmd, cmd.launch)
+    assert lay.how == "update_parameters(nodes=args.nodes) at submit.py:13 (--nodes 8 on the command line)"
+    assert (lay.nodes, lay.tasks_per_node) == (8, 8)  # --ngpus: its default, 8
+
+
+def test_the_script_a_submitit_command_runs_is_read_as_every_task_runs_it(tmp_path: Path) -> None:
+    job = job_of(write_job(tmp_path, {
+        "launch.sh": "#!/bin/bash\nexport SCOREP_TOTAL_MEMORY=3500M\npython submit.py --nodes 8 --ngpus 4\n",
+        "submit.py": SUBMIT_ARGS.replace("from train import main\n", "").replace(
+            "executor.submit(main)", 'task = submitit.helpers.CommandFunction(["bash", "task.sh", str(args.nodes)])\n'
+                                     "executor.submit(task)"),
+        "task.sh": "#!/bin/bash\nexec python -m scorep --cuda train.py --tag \"$1\"\n", "train.py": TRAIN}))
+    (cmd, launch), = job.instrumented  # task.sh is not a job of its own
+    assert cmd.site.file.endswith("task.sh") and cmd.per_task and [w.name for w in cmd.wrappers] == ["srun", "exec"]
+    lay = layout(job, cmd, launch)
+    assert (lay.nodes, lay.tasks_per_node, lay.world) == (8, 4, 32)
+    assert lay.how == "submitit's srun, update_parameters(nodes=args.nodes) at submit.py:12 (--nodes 8 on the command line)"
+    assert cmd.env["SCOREP_TOTAL_MEMORY"].value == "3500M"  # the launcher's environment reaches every task
+    assert cmd.argv[-1] == "str(args.nodes)" and not cmd.argv_words[-1].known
+
+
 def test_lnc004_counts_the_nodes_submitit_asks_for(tmp_path: Path) -> None:
     root = write_job(tmp_path, {"launch.sh": "#!/bin/bash\nexport MASTER_ADDR=gpu011\npython submit.py\n",
                                 "submit.py": SUBMIT, "train.py": "def main():\n    pass\n"})

@@ -238,3 +238,57 @@ def test_torchrun_over_two_nodes_under_scorep_fixed_into_a_multi_node_form_measu
     doc = post_run(run, capsys)
     assert doc["status"] == "pass", [(c["id"], c["status"], c["message"]) for c in doc["checks"]]
     assert cluster.run("squeue", "-h", "-o", "%i").stdout.strip() == ""
+
+
+BASE_VAR_JOB = '''\
+#!/bin/bash
+#SBATCH --job-name=vit-2n
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+export SCOREP_TOTAL_MEMORY=64M
+export SCOREP_ENABLE_TRACING=false
+export SCOREP_ENABLE_PROFILING=true
+BASE={base}/vit_${{SLURM_JOB_ID}}
+export SCOREP_EXPERIMENT_DIRECTORY=$BASE
+export MASTER_ADDR=$(hostname -I | cut -d' ' -f1)
+export MASTER_PORT=29563
+export GLOO_SOCKET_IFNAME={ifname} NCCL_SOCKET_IFNAME={ifname}
+srun ./task.sh
+'''
+
+TASK = '''\
+#!/bin/bash
+exec python -m scorep --cuda --noinstrumenter train.py --steps 1
+'''
+
+
+def test_a_base_set_through_an_unexported_shell_variable_keeps_every_ranks_folder_under_it(
+        cluster: MultiNodeSlurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`BASE=.../vit_${SLURM_JOB_ID}; export SCOREP_EXPERIMENT_DIRECTORY=$BASE; srun ./task.sh`:
+    BASE never reaches the tasks; the fixed task script names its folder under the exported value."""
+    scorep = scorep_real.require()
+    job_dir, base = tmp_path / "job", tmp_path / "scratch" / "user" / "scorep"
+    job_dir.mkdir()
+    base.mkdir(parents=True)
+    (job_dir / "train.py").write_text(TRAIN)
+    script, task = job_dir / "vit.sbatch", job_dir / "task.sh"
+    script.write_text(BASE_VAR_JOB.format(base=base, ifname=IFNAME))
+    task.write_text(TASK)
+    task.chmod(0o755)
+
+    assert main(["fix", str(job_dir), "--apply", "--unsafe"]) == 0
+    said = "".join(capsys.readouterr())
+    assert "scorep-per-rank-dirs: verified" in said and "cuda-warmup: verified" in said, said
+    assert "${SCOREP_EXPERIMENT_DIRECTORY}/scorep_rank_${SLURM_PROCID} exec python" in task.read_text()
+
+    task.write_text(task.read_text().replace(" --cuda", ""))  # no CUDA here
+    job, log = run_job(cluster, script, job_dir, gpu_env(tmp_path, job_dir, scorep))
+    nodes = cluster.nodes_of(job)
+    run = base / f"vit_{job}"
+    for rank, node in enumerate(nodes):
+        assert f"rank {rank} of 2 on {node} into {run}/scorep_rank_{rank}" in log, log
+        assert (run / f"scorep_rank_{rank}" / "profile.cubex").is_file(), sorted(run.rglob("*"))
+    assert not list(job_dir.glob("scorep*")), "nothing measured into the submit folder"
+    doc = post_run(run, capsys)
+    assert doc["status"] == "pass", [(c["id"], c["status"], c["message"]) for c in doc["checks"]]
+    assert cluster.run("squeue", "-h", "-o", "%i").stdout.strip() == ""

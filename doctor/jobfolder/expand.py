@@ -82,8 +82,9 @@ class Expander:
 
     def __init__(self, src: Source, lookup: Lookup, args: tuple[Word, ...] | None, *, split: bool = True,
                  per_task: bool = False, home: str | None = None, cwd: str | None = None,
-                 assign: Assign | None = None):
+                 assign: Assign | None = None, spell: bool = False):
         self.assign = assign
+        self.spell = spell  # an unknown variable's spelling for `$X`, not `$X` (EnvVar.spelling)
         self.src = src
         self.lookup = lookup
         self.args = args
@@ -149,6 +150,14 @@ class Expander:
     def _unknown(self, node: Node) -> None:
         self.out.known = False
         self._lit(self.src.text_of(node), self.src.node_span(node))
+
+    def _unknown_var(self, node: Node, var: EnvVar | None) -> None:
+        """`$X` for an X whose value is not known: as written, or (spelling) X's own spelling."""
+        if self.spell and var is not None and var.spelling is not None:
+            self.out.known = False
+            self._lit(var.spelling, None)
+        else:
+            self._unknown(node)
 
     # -- nodes ------------------------------------------------------------
     def _node(self, node: Node, quoted: bool, top: bool = False) -> None:
@@ -304,7 +313,7 @@ class Expander:
             return
         var = self._ref(name)
         if var is None or var.value is None:
-            self._unknown(node)
+            self._unknown_var(node, var)
         else:
             self._value(self._var_pieces(var), quoted)
 
@@ -345,7 +354,7 @@ class Expander:
             if var is not None and var.value is not None:
                 self._value(self._var_pieces(var), quoted)
             else:
-                self._unknown(node)
+                self._unknown_var(node, var)
             return
         for op in (":-", "-", ":=", "=", ":+", "+"):
             if rest.startswith(op):

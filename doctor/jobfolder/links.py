@@ -1,6 +1,7 @@
 """The links between scripts the walker follows: scripts a script runs (`bash x.sh args`, `./x.sh`,
 `bash -c '...'`), files it sources (and `export $(grep -v '^#' vars.env | xargs)`), the wrapper
-script `torchrun --no-python` runs in every worker, a script the job writes with a here-document
+script `torchrun --no-python` runs in every worker, the script a submitit launcher's
+`CommandFunction` runs in every task, a script the job writes with a here-document
 and runs later, and `-m pkg.mod` as a file. Where a link leaves the job folder it is noted, not read.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 from doctor.jobfolder import argv as argvmod
 from doctor.jobfolder.expand import Expansion
 from doctor.jobfolder.loops import words_of
-from doctor.jobfolder.model import TASK_WRAPPERS, Command, EnvVar, Note, Site, Span, Word, Wrapper
+from doctor.jobfolder.model import TASK_WRAPPERS, Command, EnvVar, Note, Piece, Site, Span, Word, Wrapper
 from doctor.jobfolder.reading import inside
 from doctor.jobfolder.state import Ctx, ShellState
 from doctor.jobfolder.syntax import Node, Source
@@ -34,6 +35,7 @@ class Links:
     notes: list[Note]
     referenced: set[str]
     exists: Callable[[str], bool]
+    read: Callable[[str], Any]
     generated: dict[str, Span]  # scripts the job writes with `cat > x.sh <<'EOF'`
     _texts_generated: dict[str, str]
     _running: set[str]
@@ -77,6 +79,42 @@ class Links:
         state = ShellState(env, ctx.state.cwd, False, {}, True, tuple(args), cmd, opaque=cmd.opaque)
         self.referenced.add(path)
         self.run_file(path, state, ctx.flow, "child", ctx.depth + 1, ())
+
+    def _submitted(self, cmd: Command, launch: Any, ctx: Ctx) -> None:
+        """`python launch.py` where launch.py submits `submitit.helpers.CommandFunction(["bash",
+        "task.sh", ...])`: submitit's sbatch runs srun with the nodes and tasks per node the executor asks
+        for, and every task runs the command with the launcher's environment. Walk task.sh as each
+        task runs it (its rank from SLURM_PROCID), under that srun."""
+        path = launch.training_script
+        if not path or not path.endswith(".py") or not self.exists(path) or ctx.state.per_task:
+            return
+        text = self.read(path).text
+        if not text or "submitit" not in text or "CommandFunction" not in text:
+            return
+        from doctor.jobfolder.pyscan import analyse
+        from doctor.jobfolder.queries import launcher_layout
+
+        script = analyse(path, text, "launcher")
+        rel = (lambda p: os.path.relpath(p, self.root)) if self.root else os.path.basename
+        lay = launcher_layout([script], tuple(launch.training_args), rel)
+        for sub in script.submits:
+            words = list(sub.command or ())
+            if words and words[0][1] and argvmod.base(words[0][0]) in SHELL_NAMES:
+                words = words[1:]
+            if not words or not words[0][1] or not words[0][0].endswith(".sh"):
+                continue
+            task = self.resolve(words[0][0], ctx.state.cwd)
+            if task is None or not self.exists(task) or (self.root is not None and not inside(task, self.root)):
+                continue
+            span = Span(path, 0, 0, sub.site.line, 1, sub.site.line, 1)
+            args = tuple(Word(w, span, (Piece(w),), known=literal) for w, literal in words[1:])
+            srun = ("srun", f"--nodes={lay.nodes if lay and lay.nodes else '?'}",
+                    f"--ntasks-per-node={lay.tasks_per_node if lay else 1}")
+            how = f"submitit's srun, {lay.how}" if lay and lay.how else "submitit's srun"
+            wrapper = Wrapper("srun", srun, lay.world if lay else None, how=how)
+            state = ShellState(dict(cmd.env), ctx.state.cwd, False, {}, True, args, None, opaque=cmd.opaque)
+            self.referenced.add(task)
+            self.run_file(task, state, ctx.flow, "child", ctx.depth + 1, (*cmd.wrappers, wrapper))
 
     def resolve(self, path: str, cwd: str) -> str | None:
         """Absolute path of a script named on a command line (None when not statically known)."""

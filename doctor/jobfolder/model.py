@@ -117,7 +117,12 @@ class EnvVar:
     substitution, an unknown variable); `raw` is what was written. `site` is
     where a script set it (None: inherited from the environment gpu-doctor
     runs in). `varies` means it differs per rank (a loop variable, or a rank
-    variable read inside a per-task shell).
+    variable read inside a per-task shell). `spelling` is an unknown value's
+    text one level down: what was written, with each shell variable that set
+    part of it replaced by that variable's own spelling, so only names the
+    environment of the job still has remain (`BASE=/scratch/$USER/v_${SLURM_JOB_ID}`
+    then `DIR=$BASE/run`: `/scratch/$USER/v_${SLURM_JOB_ID}/run`); None where the
+    value is known or nothing was written to spell (a loop variable, `read`).
     """
 
     name: str
@@ -131,6 +136,14 @@ class EnvVar:
     pieces: tuple[Piece, ...] = ()  # the value's characters by origin (scalars)
     item_pieces: tuple[tuple[Piece, ...], ...] = ()  # the same per array item
     span: Span | None = None  # the value as written in the assignment (inside its quotes)
+    spelling: str | None = None
+
+    @property
+    def spelled(self) -> str:
+        """The value where known, else its spelling one level down, else what was written."""
+        if self.value is not None:
+            return self.value
+        return self.spelling if self.spelling is not None else self.raw
 
     @property
     def unfollowed(self) -> bool:
@@ -156,6 +169,7 @@ class Wrapper:
     name: str
     argv: tuple[str, ...]
     tasks: int | None = None  # tasks it starts (srun -n, mpirun -np), when known
+    how: str | None = None  # where its counts come from when no script writes it (submitit's srun)
 
 
 @dataclass(frozen=True)
@@ -379,9 +393,22 @@ class KwCall:
     kwargs: Mapping[str, Any]
     kw_sites: Mapping[str, Site]
     star_kwargs: bool = False
+    exprs: Mapping[str, str] = field(default_factory=dict)  # a value that is not literal, as written
 
 
 UNKNOWN = "<unknown>"
+
+
+@dataclass(frozen=True)
+class Submit:
+    """submitit's `executor.submit(fn, ...)` (or `map_array`): `fn` runs in every task of the job
+    Slurm starts, on the nodes the executor's parameters ask for, not in this process."""
+
+    site: Site
+    function: str  # as written: `train`, `Trainer(args)`, `submitit.helpers.CommandFunction([...])`
+    # a `CommandFunction([...])`'s command: each word as written, and whether it is a literal string
+    # (`"task.sh"`) or known only when the launcher runs (`str(args.epochs)`)
+    command: tuple[tuple[str, bool], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -417,6 +444,11 @@ class PyScript:
     training_defaults: tuple[KwCall, ...] = ()  # `class Args(TrainingArguments)`: its fields' defaults
     # submitit's update_parameters/AutoExecutor, Lightning's Trainer: their node and task counts
     layout_calls: tuple[KwCall, ...] = ()
+    # what a layout value written as a name or `args.nodes` is: `name = 4` / `name = args.ngpus`
+    # (the int, or the expression), and argparse's `add_argument("--nodes", type=int, default=2)`
+    int_names: Mapping[str, int | str] = field(default_factory=dict)
+    int_options: Mapping[str, tuple[int, Site]] = field(default_factory=dict)  # dest -> (default, site)
+    submits: tuple[Submit, ...] = ()  # submitit's `executor.submit(fn)`: the function runs in each task
 
     @property
     def ok(self) -> bool:

@@ -27,7 +27,8 @@ _POSITIONAL = re.compile(r"\$\{?([@*#]|[1-9][0-9]*)\}?")
 
 
 def _env_json(job: Job, var: EnvVar) -> dict[str, Any]:
-    return {"value": var.value, "raw": var.raw, "varies": var.varies,
+    spelled = {"spelling": var.spelling} if var.spelling is not None else {}  # known only when the job runs
+    return {"value": var.value, "raw": var.raw, **spelled, "varies": var.varies,
             "file": job.rel(var.site.file) if var.site else None, "line": var.site.line if var.site else None}
 
 
@@ -190,7 +191,7 @@ def launch_lines(job: Job, node: dict[str, Any] | None = None, depth: int = 0) -
                        + (" (observed)" if n.get("read") == "observed" else ""))
             for name, v in n["env_used"].items():
                 where = f"{v['file']}:{v['line']}" if v["file"] else "inherited"
-                value = v["value"] if v["value"] is not None else f"{v['raw']} (known when it runs)"
+                value = v["value"] if v["value"] is not None else f"{v.get('spelling') or v['raw']} (known when it runs)"
                 out.append(f"{pad}    {name}={value}{' (per rank)' if v['varies'] else ''}  ← {where}")
             for p in n.get("placeholders", []):
                 out.append(f"{pad}    {p['text']}: {p['means']}  ← {p['file']}:{p['line']}")

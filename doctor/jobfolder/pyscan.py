@@ -29,6 +29,7 @@ from doctor.jobfolder.model import (
     ScorepImport,
     SelfWait,
     Site,
+    Submit,
 )
 
 STREAM_CONTEXTS = {"torch.cuda.stream", "torch.cuda.StreamContext", "torch.cuda.streams.StreamContext"}
@@ -37,8 +38,8 @@ TORCHRUN_MAINS = {"torch.distributed.run.main", "torch.distributed.launch.main",
 EXITS = ("sys.exit", "exit", "quit", "os._exit", "SystemExit")
 # Python launchers that say how many nodes and tasks per node: submitit, Lightning.
 LAYOUT_CALLS = ("update_parameters", "AutoExecutor", "SlurmExecutor", "Trainer")
-LAYOUT_KEYS = ("slurm_nodes", "nodes", "num_nodes", "tasks_per_node", "slurm_ntasks_per_node", "devices",
-               "gpus_per_node", "slurm_gpus_per_node")
+LAYOUT_KEYS = ("slurm_nodes", "nodes", "num_nodes", "tasks_per_node", "slurm_ntasks_per_node", "ntasks_per_node",
+               "devices", "gpus_per_node", "slurm_gpus_per_node")  # SlurmExecutor: nodes, ntasks_per_node
 TRAINING_ARGS_SUFFIXES = ("TrainingArguments", "SFTConfig", "DPOConfig", "GRPOConfig", "RewardConfig")
 CUDA_INIT_CALLS = {"torch.cuda.init", "torch.cuda.synchronize", "torch.cuda.mem_get_info",
                    "torch.cuda.current_device", "torch.cuda.set_device", "torch.empty_like"}
@@ -98,7 +99,10 @@ class _Scan(ast.NodeVisitor):
         self.r: dict[str, Any] = {k: [] for k in (
             "imports", "scorep_imports", "init_pg", "destroy_pg", "ddp_wrap", "trainer_train", "hf_parser",
             "training_args", "self_waits", "cuda_asserts", "cuda_ops", "profilers", "training_defaults",
-            "layout_calls")}
+            "layout_calls", "submits")}
+        self.int_names: dict[str, int | str] = {}
+        self.int_options: dict[str, tuple[int, Site]] = {}
+        self.commands: dict[str, tuple[tuple[str, bool], ...]] = {}  # `task = CommandFunction([...])`
         self.args_classes: set[str] = set()  # TrainingArguments subclasses defined here
         self.snippet = False  # a job script's `python -c` / here-document code
         self.r["uses_hf"] = False
@@ -235,6 +239,13 @@ class _Scan(ast.NodeVisitor):
 
     # -- calls ------------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
+        for t in node.targets:  # `nodes = 8`, `num_gpus_per_node = args.ngpus`: what a layout value may name
+            if isinstance(t, ast.Name) and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
+                self.int_names.setdefault(t.id, node.value.value)
+            elif isinstance(t, ast.Name) and isinstance(node.value, ast.Attribute):
+                self.int_names.setdefault(t.id, ast.unparse(node.value))
+            elif isinstance(t, ast.Name) and (command := self._command(node.value)) is not None:
+                self.commands[t.id] = command
         if isinstance(node.value, ast.Call):
             q = self.qual(node.value.func) or ""
             if q.endswith("Trainer"):
@@ -265,6 +276,10 @@ class _Scan(ast.NodeVisitor):
             self.add("training_args", self._kwcall(node, q))
         if q.rsplit(".", 1)[-1] in LAYOUT_CALLS and any(kw.arg in LAYOUT_KEYS for kw in node.keywords):
             self.add("layout_calls", self._kwcall(node, q))
+        if attr == "add_argument":
+            self._int_option(node)
+        if attr in ("submit", "map_array") and node.args and "submitit" in self.aliases.values():
+            self.add("submits", Submit(self.site(node), ast.unparse(node.args[0]), self._command(node.args[0])))
         if q.endswith("HfArgumentParser"):
             self.add("hf_parser", self.site(node))
         if q in TORCHRUN_MAINS or (q == "runpy.run_module" and isinstance(first, ast.Constant)
@@ -300,9 +315,35 @@ class _Scan(ast.NodeVisitor):
             self.add("profilers", self.site(node))
         self.generic_visit(node)
 
+    def _command(self, node: ast.expr) -> tuple[tuple[str, bool], ...] | None:
+        """`submitit.helpers.CommandFunction(["bash", "task.sh", str(args.epochs)])`, or a name set to
+        one: its command's words as written, each with whether it is a literal string."""
+        if isinstance(node, ast.Name):
+            return self.commands.get(node.id)
+        q = self.qual(node.func) if isinstance(node, ast.Call) else None
+        if not isinstance(node, ast.Call) or not (q or "").endswith("CommandFunction") or not node.args \
+                or not isinstance(node.args[0], (ast.List, ast.Tuple)):
+            return None
+        return tuple((e.value, True) if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                     else (ast.unparse(e), False) for e in node.args[0].elts)
+
+    def _int_option(self, node: ast.Call) -> None:
+        """`parser.add_argument("--nodes", type=int, default=2)`: dest `nodes`, default 2."""
+        flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        default = kw.get("default")
+        if not isinstance(default, ast.Constant) or type(default.value) is not int:
+            return
+        dest = kw.get("dest")
+        name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else next(
+            (f.lstrip("-") for f in flags if f.startswith("--")), flags[0].lstrip("-") if flags else "")
+        if name:
+            self.int_options.setdefault(name.replace("-", "_"), (default.value, self.site(node)))
+
     def _kwcall(self, node: ast.Call, q: str) -> KwCall:
         kwargs: dict[str, Any] = {}
         sites: dict[str, Site] = {}
+        exprs: dict[str, str] = {}
         star = False
         for kw in node.keywords:
             if kw.arg is None:
@@ -317,8 +358,9 @@ class _Scan(ast.NodeVisitor):
                     kwargs[kw.arg] = kw.value.attr.lower()
                 else:
                     kwargs[kw.arg] = UNKNOWN
+                    exprs[kw.arg] = ast.unparse(kw.value)
             sites[kw.arg] = self.site(kw.value)
-        return KwCall(self.site(node), q.rsplit(".", 1)[-1], kwargs, sites, star)
+        return KwCall(self.site(node), q.rsplit(".", 1)[-1], kwargs, sites, star, exprs)
 
     def _training_defaults(self, node: ast.ClassDef) -> None:
         """`class Args(TrainingArguments)` fields: `load_best_model_at_end: bool = field(default=True)`,
@@ -437,4 +479,5 @@ def analyse(path: str, text: str, role: str, *, line_offset: int = 0, origin: Si
         bool(r["uses_hf"]), tuple(r["hf_parser"]), tuple(r["training_args"]), tuple(r["self_waits"]),
         tuple(r["cuda_asserts"]), tuple(r["cuda_ops"]), tuple(r["profilers"]), r["torchrun_main"],
         bool(r["main_guard"]), snippet_of, training_defaults=tuple(r["training_defaults"]),
-        layout_calls=tuple(r["layout_calls"]))
+        layout_calls=tuple(r["layout_calls"]), int_names=scan.int_names, int_options=scan.int_options,
+        submits=tuple(r["submits"]))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from doctor.jobfolder.model import Command, EnvVar, Job, Launch, PyScript, Site
@@ -523,25 +524,81 @@ def script_layout(job: Job, cmd: Command) -> Layout | None:
     while launch is not None and launch.inner is not None:
         launch = launch.inner
     script = job.script(launch.training_script) if launch is not None else None
-    if script is None:
+    if launch is None or script is None:
         return None
+    return launcher_layout(job.import_closure(script, import_time_only=False), launch.training_args, job.rel)
+
+
+def launcher_layout(closure: list[PyScript], args: tuple[str, ...], rel: Callable[[str], str]) -> Layout | None:
+    """The node and task counts the layout calls of `closure` (a launcher and what it imports) ask
+    for, started with `args`. A count written as a name (`nodes=nodes`, `tasks_per_node=num_gpus_per_node`)
+    or an option (`nodes=args.nodes`) is what the name is set to, and the option's value on the
+    command line, else its argparse default."""
     nodes: int | None = None
+    unknown_nodes = False
     per_node: int | None = None
     how = ""
-    for s in job.import_closure(script, import_time_only=False):
+    for s in closure:
         for call in s.layout_calls:
-            kw = call.kwargs
+            at = f"at {rel(s.path)}:{call.site.line}"
             for key in ("slurm_nodes", "nodes", "num_nodes"):
-                if isinstance(kw.get(key), int):
-                    nodes, how = kw[key], f"{call.name}({key}={kw[key]}) at {job.rel(s.path)}:{call.site.line}"
-            for key in ("tasks_per_node", "slurm_ntasks_per_node", "devices", "gpus_per_node", "slurm_gpus_per_node"):
-                if isinstance(kw.get(key), int) and (per_node is None or key in ("tasks_per_node",
-                                                                                 "slurm_ntasks_per_node", "devices")):
-                    per_node = kw[key]
-                    how = how or f"{call.name}({key}={kw[key]}) at {job.rel(s.path)}:{call.site.line}"
-    if nodes is None and per_node is None:
+                found = _layout_value(rel, call, key, closure, args)
+                if found is not None:
+                    nodes, how = found[0], f"{call.name}({key}={found[1]}) {at}{found[2]}"
+                elif key in call.exprs:  # `nodes=args.nodes` with `--nodes $N`: known when the job runs
+                    unknown_nodes, how = True, f"{call.name}({key}={call.exprs[key]}) {at}"
+            tasks_keys = ("tasks_per_node", "slurm_ntasks_per_node", "ntasks_per_node", "devices")
+            for key in (*tasks_keys, "gpus_per_node", "slurm_gpus_per_node"):
+                found = _layout_value(rel, call, key, closure, args)
+                if found is not None and (per_node is None or key in tasks_keys):
+                    per_node = found[0]
+                    how = how or f"{call.name}({key}={found[1]}) {at}{found[2]}"
+    if nodes is None and per_node is None and not unknown_nodes:
         return None
-    return Layout(nodes or 1, per_node or 1, how)
+    return Layout(None if nodes is None and unknown_nodes else nodes or 1, per_node or 1, how)
+
+
+def _layout_value(rel: Callable[[str], str], call: Any, key: str, closure: list[Any],
+                  args: tuple[str, ...]) -> tuple[int, str, str] | None:
+    """(count, as written, where it comes from) of one layout keyword: a literal; a name set to one
+    (`num_gpus_per_node = 4`, or to an option); an option `args.nodes`: `--nodes 8` on the command
+    line, else `add_argument("--nodes", type=int, default=2)`."""
+    value = call.kwargs.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, str(value), ""
+    expr = call.exprs.get(key)
+    text = expr
+    for _ in range(4):  # `n = args.nodes` then `nodes=n`
+        if text is None:
+            return None
+        named = next((s.int_names[text] for s in closure if text in s.int_names), None)
+        if isinstance(named, int):
+            return named, str(expr), f" ({text} = {named})"
+        if named is None:
+            break
+        text = named
+    option = re.fullmatch(r"\w+\.(\w+)", text or "")
+    if option is None:
+        return None
+    dest = option.group(1)
+    for i, word in enumerate(args):
+        flag, eq, given = word.partition("=")
+        if flag.startswith("--") and flag[2:].replace("-", "_") == dest:
+            given = given if eq else (args[i + 1] if i + 1 < len(args) else "")
+            return (int(given), str(expr), f" ({flag} {given} on the command line)") if given.isdigit() else None
+    default = next((s.int_options[dest] for s in closure if dest in s.int_options), None)
+    if default is None:
+        return None
+    return default[0], str(expr), f" (--{dest} defaults to {default[0]} at {rel(default[1].file)}:{default[1].line})"
+
+
+def submitted(job: Job, launch: Launch) -> Any:
+    """The submitit `executor.submit(fn)` of the script a launch runs (a Submit), else None: that
+    process only queues the job; `fn` runs in the tasks Slurm starts, in interpreters of their own."""
+    if launch.spawner is not None or not launch.training_script:
+        return None
+    script = job.script(launch.training_script)
+    return script.submits[0] if script is not None and script.submits else None
 
 
 def task_layout(job: Job, cmd: Command) -> Layout:
@@ -585,7 +642,8 @@ def layout(job: Job, cmd: Command, launch: Launch | None = None) -> Layout:
             nodes = srun_layout(job, task.argv).nodes or nodes  # one agent per node of the step
         return Layout(nodes, sp.nproc, f"{sp.kind} --nnodes × --nproc_per_node")
     if task is not None:
-        return srun_layout(job, task.argv) if task.name == "srun" else mpirun_layout(job, task.argv)
+        tasks = srun_layout(job, task.argv) if task.name == "srun" else mpirun_layout(job, task.argv)
+        return replace(tasks, how=task.how) if task.how else tasks
     if cmd.loop is not None and cmd.background:
         return Layout(1, cmd.loop.count, "a backgrounded loop")
     found = script_layout(job, cmd)

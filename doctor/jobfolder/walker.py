@@ -304,12 +304,23 @@ class ShellWalker(Links, Branches):
         exp = self._expand(value_node, ctx, split=False)
         value: str | None = exp.value if exp.known else None
         vpieces = exp.pieces
+        spelling = None if exp.known else self._spelling(value_node, ctx)
         if append and old is not None:
             value = (old.value + value) if (old.value is not None and value is not None) else None
             vpieces = old.pieces + vpieces
+            if value is None:
+                before = old.value if old.value is not None else old.spelling
+                spelling = None if before is None else before + (spelling if spelling is not None else exp.value)
         varies = exp.varies or (ctx.state.per_task and name in RANK_VARS)
         return EnvVar(name, value, raw, site, exported, tuple(exp.refs), varies, pieces=vpieces,
-                      span=_inside_quotes(src, value_node))
+                      span=_inside_quotes(src, value_node), spelling=spelling)
+
+    def _spelling(self, node: Node, ctx: Ctx) -> str:
+        """An unknown value's text one level down (EnvVar.spelling): what is known expanded, each shell
+        variable with a spelling of its own replaced by that, the rest (`$USER`, `$(date)`) as written."""
+        exp = Expander(ctx.src, ctx.state.vars.get, ctx.state.args, split=False, per_task=ctx.state.per_task,
+                       home=self.home, cwd=ctx.state.cwd, spell=True).expand(node)
+        return exp.value
 
     def _declare(self, node: Node, ctx: Ctx) -> None:
         src = ctx.src
@@ -524,6 +535,8 @@ class ShellWalker(Links, Branches):
         self.commands.append(cmd)
         if launch is not None and launch.spawner is not None and launch.spawner.no_python and launch.inner is None:
             self._workers(cmd, rest_words, launch, ctx)
+        elif launch is not None and launch.spawner is None and launch.kind == "script":
+            self._submitted(cmd, launch, ctx)
         if rest and rest[0] in ctx.state.functions and ctx.depth < MAX_DEPTH:
             body, def_src = ctx.state.functions[rest[0]]
             state = ctx.state.copy()
