@@ -95,7 +95,12 @@ class SpanEdits:
 
     def doc(self, file: str) -> TextDoc:
         if file not in self.docs:
-            self.docs[file] = self.ctx.read_doc(Path(file))
+            doc = self.ctx.read_doc(Path(file))
+            if _is_python(file, doc.text):  # a launch read from Python (submitit's CommandFunction words)
+                raise CannotPlan(f"{os.path.basename(file)} is Python: a shell edit does not belong there",
+                                 [f"Make the change in {os.path.basename(file)} by hand (the words the "
+                                  "launch is built from are there)."])
+            self.docs[file] = doc
         return self.docs[file]
 
     def replace(self, span: Span, text: str) -> None:
@@ -155,6 +160,14 @@ class SpanEdits:
         for file, doc in self.docs.items():
             self.ctx.write_doc(Path(file), doc, kind, summary, self.lines.get(file))
         self.docs = {}
+
+
+def _is_python(file: str, text: str) -> bool:
+    """A Python source (by name, or a `#!...python` first line): shell edits never go there."""
+    if file.endswith((".py", ".pyw")):
+        return True
+    first = text.split("\n", 1)[0]
+    return first.startswith("#!") and "python" in first
 
 
 def set_values(ctx: RemedyContext, name: str, proposed: Callable[[EnvVar], str | None],
