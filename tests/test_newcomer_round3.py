@@ -612,3 +612,19 @@ def test_the_apps_diagnosis_panel_says_may_explain_where_the_logs_run_is_not_kno
             "the run that wrote rank_0.log had Score-P's CUDA adapter (--cuda): no launch record beside it, "
             "no [Score-P] line in it") in text, text
     assert [r.problem.check_id for r in diagnosis.root_causes] == ["SCR002", "SCR001"]
+
+
+def test_the_reports_diagnosis_row_says_may_explain_with_why() -> None:
+    from doctor.report.view import diagnosis_rows
+
+    doubt = "not known whether the run that wrote rank_0.log had Score-P's CUDA adapter (--cuda)"
+    doc = {"diagnosis": {"root_causes": [
+        {"id": "SCR001", "signature": None, "status": "warn", "message": "scorep imported at module level",
+         "next": "gpu-doctor explain SCR001",
+         "explains": [{"id": "ART004", "signature": "fp16_valueerror", "status": "fail", "message": "the FP16 ValueError",
+                       "unsure": doubt},
+                      {"id": "ART003", "signature": None, "status": "fail", "message": "a rank left no folder",
+                       "unsure": None}]}]}}
+    [(cause, status, explains, _next)] = diagnosis_rows(doc)
+    assert explains == (f"may explain ART004 (fp16_valueerror) fail: the FP16 ValueError ({doubt}); "
+                        "ART003 fail: a rank left no folder"), explains
