@@ -628,3 +628,33 @@ def test_the_reports_diagnosis_row_says_may_explain_with_why() -> None:
     [(cause, status, explains, _next)] = diagnosis_rows(doc)
     assert explains == (f"may explain ART004 (fp16_valueerror) fail: the FP16 ValueError ({doubt}); "
                         "ART003 fail: a rank left no folder"), explains
+
+
+@pytest.mark.slow
+def test_the_app_says_may_explain_for_a_log_whose_run_is_not_known(broken: Path, tmp_path: Path,
+                                                                   fake_node: Any) -> None:
+    """The app on the job with `--log` of a copied rank log: the diagnosis panel names SCR001 as what may
+    explain the FP16 ValueError, with why, and no root cause claims it."""
+    pytest.importorskip("textual")
+    from textual.widgets import Static
+    from tui_pilot import CEILING_S, checks_done, plain, run_app
+
+    from doctor.case import Case
+    from doctor.tui.app import make_app
+    from doctor.tui.options import Options
+
+    env = no_driver(fake_node, broken)
+    log = tmp_path / "copied" / "rank_0.log"
+    log.parent.mkdir()
+    log.write_text(FP16_LINE)
+    app = make_app(Case(root=broken, env=env, logs=(log,)), Options(playbook="scorep-ddp", budget_s=CEILING_S))
+
+    async def body(pilot: Any) -> None:
+        await checks_done(pilot, app)
+        panel = " ".join(plain(app.query_one("#diagnosis", Static), width=400).split())
+        assert ("root cause SCR001 warn: scorep imported at module level inside `try` in train.py" in panel), panel
+        assert ("may explain: ART004 (fp16_valueerror) fail — not known whether the run that wrote rank_0.log had "
+                "Score-P's CUDA adapter (--cuda): no launch record beside it, no [Score-P] line in it") in panel, panel
+        assert "explains: ART004" not in panel, panel
+
+    run_app(app, body, size=(200, 50))
