@@ -658,3 +658,19 @@ def test_the_app_says_may_explain_for_a_log_whose_run_is_not_known(broken: Path,
         assert "explains: ART004" not in panel, panel
 
     run_app(app, body, size=(200, 50))
+
+
+def test_which_run_wrote_a_log_without_a_record(tmp_path: Path) -> None:
+    """Slurm's output file is the job script's run (the job model says); any other log says what its own
+    [Score-P] lines say and no more; a FIFO is not read (and does not block)."""
+    from doctor.artifacts.runrecord import run_of_log
+
+    (tmp_path / "slurm-42.out").write_text(FP16_LINE)
+    assert run_of_log(tmp_path / "slurm-42.out", "vm") is None
+    (tmp_path / "a.log").write_text("[Score-P] src/measurement/SCOREP_Config.c:1: Warning: x\n" + FP16_LINE)
+    run = run_of_log(tmp_path / "a.log", "vm")
+    assert run is not None and (run["scorep"], run["cuda"], run["node"]) == (True, None, None)
+    assert run["unknown"] == "no launch record beside it, and its [Score-P] lines do not mention CUDA"
+    os.mkfifo(tmp_path / "pipe.log")
+    run = run_of_log(tmp_path / "pipe.log", "vm")
+    assert run is not None and (run["scorep"], run["cuda"]) == (None, None)

@@ -121,8 +121,8 @@ def log_says(log: str | Path) -> dict[str, bool | None]:
     """What a log says of its run by its own lines: Score-P loaded (a `[Score-P]` line), its CUDA
     adapter (a `[Score-P]` line about CUDA or CUPTI); None where it does not say."""
     try:
-        size = os.path.getsize(log)
-        with open(log, "rb") as fh:
+        with safeopen.open_binary(log) as fh:   # a regular file only: never blocks on a FIFO
+            size = os.fstat(fh.fileno()).st_size
             data = fh.read(SAYS_BYTES)
             if size > 2 * SAYS_BYTES:
                 fh.seek(size - SAYS_BYTES)
