@@ -217,7 +217,8 @@ def warmup_first(facts: Facts) -> list[Outcome]:
     a freshly allocated node: GPU003 answered at the first attempt, or the node was not
     measured here), also for a warm-up without retries, one that runs on fewer nodes than the
     launch, and while only SCOREP_CUDA_ENABLE asks for CUDA (SCP002); fail when the evidence shows a cold runtime: GPU003 "ready after
-    attempt k" (k > 1) on this node, or error 802 / the FP16 ValueError in the job's logs.
+    attempt k" (k > 1) on this node, or error 802 / the FP16 ValueError in the log of a run that had
+    Score-P's CUDA adapter (a log whose run is not known to have had it: warn, said so).
 
     Fix safety:
     Safe: inserts the warm-up block before the launch.

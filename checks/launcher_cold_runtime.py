@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from doctor import pyast, safeopen
-from doctor.artifacts.runrecord import had
+from doctor.artifacts.runrecord import had, unsure
 from doctor.facts import Facts, ProbeFailure
 from doctor.limits import MAX_PYTHON_BYTES
 from doctor.model import Evidence, Status
@@ -78,14 +78,25 @@ def cuda_adapter(job: Any) -> Adapter:
                    tuple(cmd.site.evidence(job.root, "launch") for cmd, _l in instrumented[:1]))
 
 
-def log_lines(facts: Facts) -> list[Evidence]:
+def log_lines(facts: Facts, doubtful: bool = False) -> list[Evidence]:
     """Error 802 and FP16-ValueError lines in the job's logs (nothing when the logs were not read),
-    of runs that had a CUDA adapter: a `gpu-doctor launch` without Score-P --cuda proves nothing about it."""
+    of runs that had a CUDA adapter: a `gpu-doctor launch` without Score-P --cuda proves nothing about it.
+    With `doubtful`: the lines of runs not known to have had one (no record says, the log does not)."""
     scan = facts.get("logscan")
     if isinstance(scan, ProbeFailure) or not scan:
         return []
     return [Evidence(m["text"], m["file"], m["line"], "log") for m in scan
-            if m.get("signature") in COLD_SIGNATURES and had(m.get("run"), "cuda")][:4]
+            if m.get("signature") in COLD_SIGNATURES and had(m.get("run"), "cuda")
+            and bool(unsure(m.get("run"), "cuda")) == doubtful][:4]
+
+
+def log_doubt(facts: Facts) -> str | None:
+    """Why the first doubtful line's run is not known to have had Score-P's CUDA adapter."""
+    scan = facts.get("logscan")
+    if isinstance(scan, ProbeFailure) or not scan:
+        return None
+    return next((d for m in scan if m.get("signature") in COLD_SIGNATURES
+                 and (d := unsure(m.get("run"), "cuda"))), None)
 
 
 def node_state(facts: Facts) -> tuple[str, str, Evidence | None]:
@@ -121,6 +132,10 @@ def cold_runtime(facts: Facts) -> ColdRuntime:
     if state == "cold":
         assert node_ev is not None
         return ColdRuntime(Status.FAIL, why, (node_ev,))
+    doubtful = log_lines(facts, doubtful=True)
+    if doubtful:   # the lines may come from a run without the adapter: a risk the logs point at, not proof
+        return ColdRuntime(Status.WARN, f"the logs show error 802 / the FP16 ValueError, but {log_doubt(facts)}",
+                           tuple(doubtful) + ((node_ev,) if node_ev else ()))
     if state == "unmeasured":
         return ColdRuntime(Status.WARN, f"a risk on a freshly allocated node; {why}", (),
                            "run `gpu-doctor --check-only --playbook node` on the GPU node")

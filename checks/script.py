@@ -66,8 +66,10 @@ def lazy_scorep_import(facts: Facts) -> list[Outcome]:
     runs under its own `python -m scorep` (its adapter starts at process start anyway: LNC002),
     or when no CUDA adapter is loaded or asked for (a ROCm job); warn when spawned workers
     import it early but nothing shows a cold runtime (GPU003 answered at once, or the node was
-    not measured); fail when the evidence shows one: GPU003 "ready after attempt k" (k > 1), or
-    error 802 / the FP16 ValueError in the logs.
+    not measured), also for error 802 / the FP16 ValueError in a log whose run is not known to
+    have had Score-P's CUDA adapter (no launch record, no [Score-P] line); fail when the evidence
+    shows one: GPU003 "ready after attempt k" (k > 1), or error 802 / the FP16 ValueError in the
+    log of a run that had the adapter (its launch record, its own lines, or the job's Slurm output).
 
     Fix safety:
     Unsafe: edits the training code.

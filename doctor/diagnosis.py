@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from doctor.artifacts.runrecord import had
+from doctor.artifacts.runrecord import had, unsure
 from doctor.model import LAYER_ORDER, CheckResult, Safety, Status
 
 if TYPE_CHECKING:
@@ -72,7 +72,9 @@ LINKS: tuple[Link, ...] = (
 )
 # What a cause needs of the run that wrote a log line before that line can be its symptom: a
 # `gpu-doctor launch` without Score-P proves nothing about Score-P's adapter, one on another host
-# nothing about this node (doctor.artifacts.runrecord). Logs without a launch record: the job's run.
+# nothing about this node (doctor.artifacts.runrecord). A Slurm output file without a launch record is
+# the job's run. Where no run of the log lines is known to have had it (no record says, the log does not
+# say), the link stands, marked `unsure` with why: the chain says "may explain", never asserts.
 PRECONDITIONS: dict[str, str] = {
     "SCR001": "cuda", "LNC002": "cuda", "SCP002": "cuda", "SCP004": "cuda",
     "SCP001": "scorep", "SCP003": "scorep", "SCP005": "scorep", "SCP006": "scorep", "SCP009": "scorep",
@@ -112,15 +114,21 @@ class Symptom:
     problem: Problem
     why: str
     via: str | None = None
+    unsure: str | None = None   # why the run that wrote the symptom's log lines may lack the cause's precondition
 
     def to_json(self) -> dict[str, Any]:
-        return self.problem.to_json() | {"why": self.why, "via": self.via}
+        return self.problem.to_json() | {"why": self.why, "via": self.via, "unsure": self.unsure}
 
 
 @dataclass(frozen=True)
 class RootCause:
     problem: Problem
     symptoms: tuple[Symptom, ...]
+
+    @property
+    def unsure(self) -> bool:
+        """Every symptom hangs on a log whose run is not known to have had this cause's precondition."""
+        return bool(self.symptoms) and all(s.unsure for s in self.symptoms)
 
     def to_json(self) -> dict[str, Any]:
         return self.problem.to_json() | {"explains": [s.to_json() for s in self.symptoms]}
@@ -154,6 +162,11 @@ class Diagnosis:
     def explained_by(self, check_id: str) -> list[tuple[Problem, str]]:
         """The root causes that explain a finding of `check_id`, with the reason."""
         return [(r.problem, s.why) for r in self.root_causes for s in r.symptoms
+                if s.problem.check_id == check_id]
+
+    def explained_with_doubt(self, check_id: str) -> list[tuple[Problem, str, str | None]]:
+        """`explained_by`, with why each link is in doubt (None: it is not)."""
+        return [(r.problem, s.why, s.unsure) for r in self.root_causes for s in r.symptoms
                 if s.problem.check_id == check_id]
 
     def explains(self, check_id: str) -> list[Symptom]:
@@ -242,6 +255,15 @@ def _possible(cause: Problem, symptom: Problem) -> bool:
     return need is None or not symptom.runs or any(had(run, need) for run in symptom.runs)
 
 
+def _doubt(cause: Problem, symptom: Problem) -> str | None:
+    """Why it is not known that a run behind the symptom's log lines had what `cause` needs (None: one did)."""
+    need = PRECONDITIONS.get(cause.check_id)
+    if need is None or not symptom.runs:
+        return None
+    doubts = [unsure(run, need) for run in symptom.runs if had(run, need)]
+    return None if not doubts or any(d is None for d in doubts) else doubts[0]
+
+
 def _present(key: str, by_key: dict[str, Problem]) -> list[Problem]:
     """The problems a LINKS entry names: `ART004:x` one signature, `ART004` any of them."""
     if key in by_key:
@@ -252,22 +274,23 @@ def _present(key: str, by_key: dict[str, Problem]) -> list[Problem]:
 def diagnose_results(results: Iterable[CheckResult], root: Any = None) -> Diagnosis:
     found = problems(results, root)
     by_key = {p.key: p for p in found}
-    causes: dict[str, list[tuple[Problem, str]]] = {}  # symptom key -> (cause, why)
+    causes: dict[str, list[tuple[Problem, str, str | None]]] = {}  # symptom key -> (cause, why, doubt)
     for link in LINKS:
         for symptom in _present(link.symptom, by_key):
             for key in link.causes:
                 for cause in _present(key, by_key):
                     if cause.key != symptom.key and _possible(cause, symptom):
-                        causes.setdefault(symptom.key, []).append((cause, link.why))
-    explains: dict[str, list[tuple[Problem, str]]] = {}
+                        causes.setdefault(symptom.key, []).append((cause, link.why, _doubt(cause, symptom)))
+    explains: dict[str, list[tuple[Problem, str, str | None]]] = {}
     for symptom_key, cs in causes.items():
-        for cause, why in cs:
-            explains.setdefault(cause.key, []).append((by_key[symptom_key], why))
+        for cause, why, doubt in cs:
+            explains.setdefault(cause.key, []).append((by_key[symptom_key], why, doubt))
     roots = []
     for p in sorted(found, key=_order):
         if p.key in explains and p.key not in causes:
             roots.append(RootCause(p, tuple(_symptoms(p.key, explains))))
-    roots.sort(key=lambda r: (-r.problem.status.rank, -len(r.symptoms), _order(r.problem)))
+    # A cause the logs' own runs are known to allow comes before one they may not.
+    roots.sort(key=lambda r: (-r.problem.status.rank, r.unsure, -len(r.symptoms), _order(r.problem)))
     linked = {k for k in by_key if k in causes or k in explains}
     unexplained = []
     for p in sorted(found, key=_order):
@@ -281,16 +304,17 @@ def diagnose_results(results: Iterable[CheckResult], root: Any = None) -> Diagno
     return Diagnosis(tuple(roots), tuple(unexplained), independent)
 
 
-def _symptoms(key: str, explains: dict[str, list[tuple[Problem, str]]]) -> list[Symptom]:
-    """Everything `key` explains, directly and through the symptoms it explains (each once)."""
+def _symptoms(key: str, explains: dict[str, list[tuple[Problem, str, str | None]]]) -> list[Symptom]:
+    """Everything `key` explains, directly and through the symptoms it explains (each once); a symptom
+    reached through a link in doubt is in doubt too."""
     out: dict[str, Symptom] = {}
-    todo: list[tuple[Problem, str, str | None]] = [(p, why, None) for p, why in explains.get(key, [])]
+    todo: list[tuple[Problem, str, str | None, str | None]] = [(p, why, None, d) for p, why, d in explains.get(key, [])]
     while todo:
-        problem, why, via = todo.pop(0)
+        problem, why, via, doubt = todo.pop(0)
         if problem.key in out or problem.key == key:
             continue
-        out[problem.key] = Symptom(problem, why, via)
-        todo += [(p, w, problem.key) for p, w in explains.get(problem.key, [])]
+        out[problem.key] = Symptom(problem, why, via, doubt)
+        todo += [(p, w, problem.key, doubt or d) for p, w, d in explains.get(problem.key, [])]
     return sorted(out.values(), key=lambda s: _order(s.problem))
 
 

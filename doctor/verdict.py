@@ -83,12 +83,18 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
     diagnosis = diagnose(run)
     step = diagnosis.next_step
     if bad:
-        roots = [r for r in diagnosis.root_causes if any(b.check_id == r.problem.check_id for b in bad)]
+        bad_ids = {b.check_id for b in bad}
+        roots = [r for r in diagnosis.root_causes if r.problem.check_id in bad_ids]
         ids = list(dict.fromkeys([r.problem.check_id for r in roots] + [r.check_id for r in bad]))
+        # A warning that may explain a failure, were its log's run known to allow it: said with its doubt.
+        maybe = [r for r in diagnosis.root_causes if r.unsure and r.problem.check_id not in bad_ids
+                 and any(s.problem.check_id in bad_ids for s in r.symptoms)]
         first = next((b for b in bad if roots and b.check_id == roots[0].problem.check_id), bad[0])
         step = next_for(first, diagnosis, run) or _first_step(diagnosis, run)
         if len(bad) > 2 or roots:
             causes = "; root causes: " + ", ".join(_root_words(r) for r in roots) if roots else ""
+            if maybe:
+                causes += "; possible causes: " + _maybe_words(maybe)
             line = (f"gpu-doctor: FAIL on {host}: {count(len(bad), 'check')} "
                     f"({', '.join(ids)}){causes}; first: {first.check_id} {first.status.value}: {first.message}")
         else:
@@ -118,9 +124,25 @@ def reason_line(run: Run, fail_on: str = "error") -> str:
 
 
 def _root_words(root: Any) -> str:
-    """'SCR002 (explains ART003, ART004)'."""
-    ids = list(dict.fromkeys(s.problem.check_id for s in root.symptoms))
-    return f"{root.problem.check_id} (explains {', '.join(ids)})"
+    """'SCR002 (explains ART003, ART004)'; a link whose log may come from a run without the cause's
+    precondition: 'SCR001 (may explain ART004: not known whether the run that wrote ...)'."""
+    sure = list(dict.fromkeys(s.problem.check_id for s in root.symptoms if not s.unsure))
+    maybe = [s for s in root.symptoms if s.unsure and s.problem.check_id not in sure]
+    words = [f"explains {', '.join(sure)}"] if sure else []
+    if maybe:
+        ids = list(dict.fromkeys(s.problem.check_id for s in maybe))
+        words.append(f"may explain {', '.join(ids)}: {maybe[0].unsure}")
+    return f"{root.problem.check_id} ({'; '.join(words)})"
+
+
+def _maybe_words(roots: list[Any]) -> str:
+    """'LNC002, SCR001 (may explain ART004: not known whether ...)': the doubt once for the causes it is shared by."""
+    groups: dict[tuple[tuple[str, ...], str], list[str]] = {}
+    for r in roots:
+        ids = tuple(dict.fromkeys(s.problem.check_id for s in r.symptoms if s.unsure))
+        groups.setdefault((ids, next(s.unsure for s in r.symptoms if s.unsure)), []).append(r.problem.check_id)
+    return ", ".join(f"{', '.join(causes)} (may explain {', '.join(ids)}: {doubt})"
+                     for (ids, doubt), causes in groups.items())
 
 
 def next_for(result: CheckResult, diagnosis: Any, run: Run) -> str | None:

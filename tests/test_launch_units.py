@@ -8,6 +8,7 @@ import stat
 import subprocess
 import types
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -385,3 +386,20 @@ def test_rendezvous_marks_say_rank_node_and_what_round_trip() -> None:
     joined = placement.parse_mark(placement.joined_line(0, "gpu07", "10.0.0.7:29512"))
     assert joined == placement.RendezvousMark(0, "gpu07", "joined")
     assert placement.parse_mark("gpu-doctor: rank 3 says hello") is None
+
+
+def test_srun_tasks_of_a_launch_above_the_job_folder_put_each_ranks_folder_there(tmp_path: Path) -> None:
+    """`gpu-doctor launch -- job/train.py` from the folder above: srun runs the tasks there (the ranks'
+    working folder, as locally), and each task's SCOREP_EXPERIMENT_DIRECTORY is the job folder's."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text("")
+    spec = replace(_spec(tmp_path, instrument="scorep", nnodes=2), script="job/train.py")
+    cmd = slurm.srun_command(spec, "node01", 29712)
+    assert f"--chdir={tmp_path}" in cmd
+    task = cmd[cmd.index("doctor.launch.srun_task") + 1:cmd.index("--")]
+    assert task[task.index("--experiment-base") + 1] == str(job)
+    env = task_env({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "MASTER_ADDR": "node01", "MASTER_PORT": "1"}, str(job))
+    assert env["SCOREP_EXPERIMENT_DIRECTORY"] == f"{job}/scorep_rank_3"
+    (tmp_path / "train.py").write_text("")
+    assert "--experiment-base" not in slurm.srun_command(replace(spec, script="train.py"), "node01", 29712)

@@ -292,3 +292,48 @@ def test_a_base_set_through_an_unexported_shell_variable_keeps_every_ranks_folde
     doc = post_run(run, capsys)
     assert doc["status"] == "pass", [(c["id"], c["status"], c["message"]) for c in doc["checks"]]
     assert cluster.run("squeue", "-h", "-o", "%i").stdout.strip() == ""
+
+
+def test_launch_over_two_nodes_from_the_folder_above_measures_every_rank_into_the_job_folder(
+        cluster: MultiNodeSlurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`gpu-doctor launch -- job/train.py` typed in the folder above the job, over 2 nodes × 2 tasks:
+    every rank's Score-P folder and log land in the job folder (as a local launch puts them), none in
+    the folder the user started from, and post-run on the job folder judges all four."""
+    scorep = scorep_real.require()
+    job_dir = tmp_path / "work" / "job"
+    job_dir.mkdir(parents=True)
+    (job_dir / "train.py").write_text(TRAIN)
+    start = job_dir.parent
+    script = start / "launch.sbatch"
+    script.write_text(f"""#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+exec {PYTHON} -m doctor launch --plain --no-warmup --instrument scorep \\
+    --scorep-flags "--noinstrumenter --thread=pthread" -- job/train.py
+""")
+    env = scorep_real.scorep_env(scorep)
+    env = job_env({"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"]})
+    job = cluster.sbatch(script, f"--output={start}/slurm-%j.out", f"--chdir={start}", env=env)
+
+    state = cluster.wait_job(job, timeout=180)
+    out = (start / f"slurm-{job}.out").read_text()
+    assert state == "COMPLETED", out
+    assert "all 4 ranks finished with exit code 0" in out, out
+    [run] = (job_dir / ".gpu-doctor" / "runs").iterdir()
+    first, second = cluster.nodes_of(job)
+    for rank, node in ((0, first), (1, first), (2, second), (3, second)):
+        log = (run / f"rank_{rank}.log").read_text()
+        assert f"rank {rank} of 4 on {node} into {job_dir}/scorep_rank_{rank}" in log, log
+        assert (job_dir / f"scorep_rank_{rank}" / "profile.cubex").is_file(), sorted(job_dir.rglob("*"))
+    assert not list(start.glob("scorep_rank_*")) and not (start / ".gpu-doctor").exists(), sorted(start.iterdir())
+    assert f"log {run}/rank_0.log" in out, out
+    plan = json.loads((run / "launch.json").read_text())
+    assert [r["env"]["SCOREP_EXPERIMENT_DIRECTORY"] for r in plan["ranks"]] == \
+        [f"{job_dir}/scorep_rank_{r}" for r in range(4)]
+
+    capsys.readouterr()
+    assert main(["--check-only", "--playbook", "post-run", str(job_dir), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] == "pass", [(c["id"], c["status"], c["message"]) for c in doc["checks"]]
+    art003 = next(c for c in doc["checks"] if c["id"] == "ART003")
+    assert art003["message"] == "all 4 rank folders hold a readable trace or profile"

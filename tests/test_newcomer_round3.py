@@ -5,6 +5,7 @@ Each test works on a copy of an example (never on the working tree's examples).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -507,3 +508,169 @@ def test_a_log_line_is_a_causes_symptom_only_where_its_run_had_the_precondition(
     found = {cause.check_id for cause, _why in diagnosis.explained_by("ART004")}
     assert found == causes
     assert bool(causes) != any(u.problem.check_id == "ART004" for u in diagnosis.unexplained)
+
+
+FP16_LINE = ("ValueError: FP16 Mixed precision training with AMP or APEX (`--fp16`) can only be used on CUDA "
+             "devices.\n")
+
+
+def no_driver(fake_node: Any, broken: Path) -> dict[str, str]:
+    env = fake_node("no_driver")
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    if "GPU001  skip    no NVIDIA driver" not in gate(broken, env=env).stderr:
+        pytest.skip("this host has an NVIDIA driver the fake node cannot hide")
+    return env
+
+
+def test_a_log_given_with_log_whose_run_is_unknown_gets_a_chain_that_says_so(broken: Path, tmp_path: Path,
+                                                                              fake_node: Any) -> None:
+    """`--log FILE` of a copied rank log (no launch record beside it, no [Score-P] line in it): nothing tells
+    whether its run loaded Score-P's CUDA adapter, so the verdict says SCR001 *may* explain the FP16 error and
+    why, and SCR001 does not claim the logs show it happened."""
+    env = no_driver(fake_node, broken)
+    log = tmp_path / "copied" / "rank_0.log"
+    log.parent.mkdir()
+    log.write_text("step 0\n" + FP16_LINE)
+    line = gate(broken, "--log", str(log), env=env).stdout.strip()
+    assert ("; possible causes: LNC002, SCR001 (may explain ART004: not known whether the run that wrote rank_0.log "
+            "had Score-P's CUDA adapter (--cuda): no launch record beside it, no [Score-P] line in it); first: ") \
+        in line, line
+    assert "SCR001 (explains" not in line and "the logs show it happened" not in line, line
+    doc = json.loads(gate(broken, "--log", str(log), "--json", env=env).stdout)
+    [scr001] = [r for r in doc["diagnosis"]["root_causes"] if r["id"] == "SCR001"]
+    assert scr001["status"] == "warn" and "the logs show error 802 / the FP16 ValueError, but not known" \
+        in scr001["message"], scr001["message"]
+    assert [s["unsure"] is not None for s in scr001["explains"]] == [True], scr001
+
+
+def test_a_log_whose_own_score_p_lines_show_the_cuda_adapter_keeps_the_chain(broken: Path, tmp_path: Path,
+                                                                              fake_node: Any) -> None:
+    """The same log with Score-P's CUDA adapter's own line in it: that run had the precondition."""
+    env = no_driver(fake_node, broken)
+    log = tmp_path / "copied" / "rank_0.log"
+    log.parent.mkdir()
+    log.write_text("[Score-P] src/adapters/cuda/scorep_cuda_init.c:88: Warning: CUDA runtime not ready\n" + FP16_LINE)
+    line = gate(broken, "--log", str(log), env=env).stdout.strip()
+    assert "SCR001 (explains ART004)" in line, line
+    assert "may explain ART004: not known whether the run that wrote rank_0.log had Score-P's" not in line, line
+
+
+def test_a_log_found_in_the_job_folder_is_judged_by_what_it_says(broken: Path, fake_node: Any) -> None:
+    """A log in the job folder that is not Slurm's output of the job script, with no record: the same doubt."""
+    env = no_driver(fake_node, broken)
+    (broken / "logs").mkdir()
+    (broken / "logs" / "train.log").write_text(FP16_LINE)
+    line = gate(broken, env=env).stdout.strip()
+    assert "possible causes: LNC002, SCR001 (may explain ART004: not known whether the run that wrote train.log had" \
+        in line, line
+
+
+def test_an_older_runs_log_given_with_log_is_judged_by_that_runs_record(broken: Path, fake_node: Any) -> None:
+    """`--log` of an older launch's rank log: its own launch.json (no Score-P) rules SCR001 out, although
+    the newest run was instrumented."""
+    env = no_driver(fake_node, broken)
+    runs = broken / ".gpu-doctor" / "runs"
+    for stamp, instrument in (("20261201-091500", "none"), ("20261201-101500", "scorep")):
+        (runs / stamp).mkdir(parents=True)
+        (runs / stamp / "launch.json").write_text(json.dumps({"spec": {"instrument": instrument, "nproc": 1,
+                                                                       "scorep_flags": ["--cuda"]}, "host": "elsewhere"}))
+        (runs / stamp / "rank_0.log").write_text(FP16_LINE if instrument == "none" else "step 1\n")
+    old_log = str(runs / "20261201-091500" / "rank_0.log")
+    line = gate(broken, "--log", old_log, env=env).stdout.strip()
+    assert "ART004" in line and "SCR001" not in line and "LNC002" not in line, line
+    doc = json.loads(gate(broken, "--log", old_log, "--json", env=env).stdout)
+    assert {r["id"] for r in doc["diagnosis"]["root_causes"]} & {"SCR001", "LNC002"} == set(), doc["diagnosis"]
+    [scr001] = [c for c in doc["checks"] if c["id"] == "SCR001"]
+    assert "the logs show" not in scr001["message"], scr001["message"]
+
+
+def test_the_apps_diagnosis_panel_says_may_explain_where_the_logs_run_is_not_known() -> None:
+    """The panel above the checks table: a link through a log whose run is not known to have had the cause's
+    precondition reads 'may explain', with why; a known one 'explains'."""
+    pytest.importorskip("textual")
+    from rich.console import Console
+
+    from doctor.diagnosis import diagnose_results
+    from doctor.model import CheckResult, Finding, Status
+    from doctor.tui.diagnosis_view import diagnosis_renderable
+
+    def result(check_id: str, layer: str, status: Status = Status.FAIL, **data: Any) -> CheckResult:
+        f = Finding(check_id, layer, status, f"{check_id} message",
+                    entities={"signature": data["signature"]} if data else {}, data=data)
+        return CheckResult(check_id, layer, check_id, status, f.message, (f,), 0.0)
+
+    unknown = {"scorep": None, "cuda": None, "node": None, "log": "rank_0.log",
+               "unknown": "no launch record beside it, no [Score-P] line in it"}
+    diagnosis = diagnose_results([result("SCR001", "script", Status.WARN), result("SCR002", "script"),
+                                  result("ART004", "artifacts", signature="fp16_valueerror", runs=[unknown]),
+                                  result("ART003", "artifacts")])
+    console = Console(width=250, record=True, color_system=None)
+    console.print(diagnosis_renderable(diagnosis))
+    text = console.export_text()
+    assert "root cause SCR002 fail: SCR002 message\n    explains: ART003 fail" in text, text
+    assert ("root cause SCR001 warn: SCR001 message\n    may explain: ART004 (fp16_valueerror) fail — not known whether "
+            "the run that wrote rank_0.log had Score-P's CUDA adapter (--cuda): no launch record beside it, "
+            "no [Score-P] line in it") in text, text
+    assert [r.problem.check_id for r in diagnosis.root_causes] == ["SCR002", "SCR001"]
+
+
+def test_the_reports_diagnosis_row_says_may_explain_with_why() -> None:
+    from doctor.report.view import diagnosis_rows
+
+    doubt = "not known whether the run that wrote rank_0.log had Score-P's CUDA adapter (--cuda)"
+    doc = {"diagnosis": {"root_causes": [
+        {"id": "SCR001", "signature": None, "status": "warn", "message": "scorep imported at module level",
+         "next": "gpu-doctor explain SCR001",
+         "explains": [{"id": "ART004", "signature": "fp16_valueerror", "status": "fail", "message": "the FP16 ValueError",
+                       "unsure": doubt},
+                      {"id": "ART003", "signature": None, "status": "fail", "message": "a rank left no folder",
+                       "unsure": None}]}]}}
+    [(cause, status, explains, _next)] = diagnosis_rows(doc)
+    assert explains == (f"may explain ART004 (fp16_valueerror) fail: the FP16 ValueError ({doubt}); "
+                        "ART003 fail: a rank left no folder"), explains
+
+
+@pytest.mark.slow
+def test_the_app_says_may_explain_for_a_log_whose_run_is_not_known(broken: Path, tmp_path: Path,
+                                                                   fake_node: Any) -> None:
+    """The app on the job with `--log` of a copied rank log: the diagnosis panel names SCR001 as what may
+    explain the FP16 ValueError, with why, and no root cause claims it."""
+    pytest.importorskip("textual")
+    from textual.widgets import Static
+    from tui_pilot import CEILING_S, checks_done, plain, run_app
+
+    from doctor.case import Case
+    from doctor.tui.app import make_app
+    from doctor.tui.options import Options
+
+    env = no_driver(fake_node, broken)
+    log = tmp_path / "copied" / "rank_0.log"
+    log.parent.mkdir()
+    log.write_text(FP16_LINE)
+    app = make_app(Case(root=broken, env=env, logs=(log,)), Options(playbook="scorep-ddp", budget_s=CEILING_S))
+
+    async def body(pilot: Any) -> None:
+        await checks_done(pilot, app)
+        panel = " ".join(plain(app.query_one("#diagnosis", Static), width=400).split())
+        assert ("root cause SCR001 warn: scorep imported at module level inside `try` in train.py" in panel), panel
+        assert ("may explain: ART004 (fp16_valueerror) fail — not known whether the run that wrote rank_0.log had "
+                "Score-P's CUDA adapter (--cuda): no launch record beside it, no [Score-P] line in it") in panel, panel
+        assert "explains: ART004" not in panel, panel
+
+    run_app(app, body, size=(200, 50))
+
+
+def test_which_run_wrote_a_log_without_a_record(tmp_path: Path) -> None:
+    """Slurm's output file is the job script's run (the job model says); any other log says what its own
+    [Score-P] lines say and no more; a FIFO is not read (and does not block)."""
+    from doctor.artifacts.runrecord import run_of_log
+
+    (tmp_path / "slurm-42.out").write_text(FP16_LINE)
+    assert run_of_log(tmp_path / "slurm-42.out", "vm") is None
+    (tmp_path / "a.log").write_text("[Score-P] src/measurement/SCOREP_Config.c:1: Warning: x\n" + FP16_LINE)
+    run = run_of_log(tmp_path / "a.log", "vm")
+    assert run is not None and (run["scorep"], run["cuda"], run["node"]) == (True, None, None)
+    assert run["unknown"] == "no launch record beside it, and its [Score-P] lines do not mention CUDA"
+    os.mkfifo(tmp_path / "pipe.log")
+    run = run_of_log(tmp_path / "pipe.log", "vm")
+    assert run is not None and (run["scorep"], run["cuda"]) == (None, None)

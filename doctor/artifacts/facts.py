@@ -4,8 +4,9 @@
 folder with its scorep.cfg and trace/profile definition summaries.
 `logscan` (a `LogScan`, a list): `{"signature", "file", "line", "text", "values"}`
 per match of a known failure message in the job's logs (`--log` overrides discovery), and
-`run`: what the `gpu-doctor launch` run that wrote the log was started with (`scorep`, `cuda`,
-`node`: on this host), or None for a log with no launch record (the job script's run).
+`run`: what the run that wrote the log had (`scorep`, `cuda`, `node`: on this host; None where not
+known), by its launch record or the log's own lines, or None for a Slurm output file of the job
+(the job script's run: the job model says). See doctor.artifacts.runrecord.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from doctor.artifacts.discover import discover
 from doctor.artifacts.experiments import Experiments, summarize
 from doctor.artifacts.logscan import LogScan, discover_logs, scan_logs
-from doctor.artifacts.runrecord import RunRecord, record_for_log
+from doctor.artifacts.runrecord import run_of_log
 from doctor.facts import ProbeContext, ProbeTimeout, provider
 
 
@@ -52,13 +53,11 @@ def logscan(ctx: ProbeContext) -> LogScan:
         scan = scan_logs(_log_paths(ctx), deadline=time.monotonic() + ctx.limit())
     except TimeoutError as exc:
         raise ProbeTimeout(str(exc)) from None
-    records: dict[str, RunRecord | None] = {}
+    runs: dict[str, dict[str, Any] | None] = {}
     for match in scan:
-        folder = str(Path(match["file"]).parent)
-        if folder not in records:
-            records[folder] = record_for_log(match["file"])
-        record = records[folder]
-        match["run"] = record.preconditions(case.host) if record is not None else None
+        if match["file"] not in runs:
+            runs[match["file"]] = run_of_log(match["file"], case.host)
+        match["run"] = runs[match["file"]]
     return scan
 
 

@@ -3,14 +3,20 @@
 A log line proves a cause only where the run that wrote it had the cause's
 precondition: Score-P loaded (`--instrument scorep`), its CUDA adapter
 (`--cuda` among the flags the launch really used), the node (the host the
-ranks ran on). A log with no record beside it (a Slurm job's `slurm-*.out`)
-is the job script's run: the job model says how it ran.
+ranks ran on). A Slurm output file with no record beside it (`slurm-*.out`) is
+the job script's run: the job model says how it ran. Any other log without a
+record is judged by what it says itself (`[Score-P]` lines: Score-P was loaded,
+with CUDA/CUPTI in them its CUDA adapter); what it does not say stays unknown
+(`None`, with `unknown` saying why), and a cause chain through it says so.
+Score-P prints nothing in a run that goes well, so no line never means no Score-P.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +25,11 @@ from doctor import safeopen
 from doctor.limits import MAX_FILE_BYTES
 
 RECORD = "launch.json"
+SLURM_OUTPUT = ("slurm-*.out", "slurm-*.err")   # what Slurm writes for the job script itself
+SAYS_BYTES = 4 << 20                            # what a log is read for its Score-P lines: head and tail
+SCOREP_LINE = re.compile(rb"\[Score-P\][^\n]*")
+CUDA_WORDS = re.compile(rb"cuda|cupti", re.I)
+WHAT = {"scorep": "Score-P loaded", "cuda": "Score-P's CUDA adapter (--cuda)", "node": "ran on this host"}
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,49 @@ def _text(value: Any) -> str | None:
 def record_for_log(log: str | Path) -> RunRecord | None:
     """The record of the run that wrote `log` (a rank log beside its launch.json)."""
     return read_record(Path(log).parent / RECORD)
+
+
+def log_says(log: str | Path) -> dict[str, bool | None]:
+    """What a log says of its run by its own lines: Score-P loaded (a `[Score-P]` line), its CUDA
+    adapter (a `[Score-P]` line about CUDA or CUPTI); None where it does not say."""
+    try:
+        with safeopen.open_binary(log) as fh:   # a regular file only: never blocks on a FIFO
+            size = os.fstat(fh.fileno()).st_size
+            data = fh.read(SAYS_BYTES)
+            if size > 2 * SAYS_BYTES:
+                fh.seek(size - SAYS_BYTES)
+                data += b"\n" + fh.read(SAYS_BYTES)
+    except OSError:
+        return {"scorep": None, "cuda": None}
+    lines = SCOREP_LINE.findall(data)
+    return {"scorep": True if lines else None,
+            "cuda": True if any(CUDA_WORDS.search(line) for line in lines) else None}
+
+
+def run_of_log(log: str | Path, host: str) -> dict[str, Any] | None:
+    """What the run that wrote `log` had (`scorep`, `cuda`, `node`: True, False, or None for not
+    known, with `unknown` saying why and `log` naming the file): its launch record's word, else
+    the log's own; None for a Slurm output file of the job (the job model says how it ran)."""
+    record = record_for_log(log)
+    if record is not None:
+        return {**record.preconditions(host), "log": Path(log).name,
+                "unknown": f"its launch record ({RECORD}) does not say where the ranks ran"}
+    name = Path(log).name
+    if any(fnmatch.fnmatch(name, pattern) for pattern in SLURM_OUTPUT):
+        return None
+    said = log_says(log)
+    why = "no launch record beside it, " + ("and its [Score-P] lines do not mention CUDA" if said["scorep"]
+                                             else "no [Score-P] line in it")
+    return {**said, "node": None, "log": name, "unknown": why}
+
+
+def unsure(run: Any, precondition: str) -> str | None:
+    """Why it is not known whether the run a log match came from had `precondition` (None: known,
+    or the job's own run, which the job model describes)."""
+    if not isinstance(run, dict) or run.get(precondition) is not None:
+        return None
+    return (f"not known whether the run that wrote {run.get('log') or 'the log'} had "
+            f"{WHAT.get(precondition, precondition)}: {run.get('unknown') or 'its record does not say'}")
 
 
 def latest_run(root: Path | None) -> RunRecord | None:

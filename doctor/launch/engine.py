@@ -53,7 +53,16 @@ from doctor.launch.events import (
 )
 from doctor.launch.output import LineSplitter
 from doctor.launch.progress import Progress, merge_progress, parse_progress
-from doctor.launch.spec import LaunchSpec, RankPlan, default_run_dir, free_port, job_folder, plan_ranks
+from doctor.launch.spec import (
+    LaunchSpec,
+    RankPlan,
+    default_run_dir,
+    experiment_path,
+    free_port,
+    job_folder,
+    plan_ranks,
+    rank_command,
+)
 from doctor.launch.warmup import WarmupResult, run_warmup
 from doctor.wording import count
 
@@ -352,8 +361,20 @@ class Launcher:
                "processes": [{"ranks": list(p.ranks), "argv": list(p.argv)} for p in self._procs],
                "nodes": {str(r): n for r, n in sorted(self._nodes.items())},
                "ranks": [{"rank": p.rank, "argv": list(p.argv), "env": dict(p.rank_env),
-                          "cwd": p.cwd, "log": p.log_path} for p in self.plans]}
+                          "cwd": p.cwd, "log": p.log_path} for p in self.plans] or self._task_ranks()}
         (self.run_dir / "launch.json").write_text(json.dumps(doc, indent=2, default=str))
+
+    def _task_ranks(self) -> list[dict[str, Any]]:
+        """Under srun: what each task sets for its rank (doctor.launch.srun_task), for the record."""
+        spec = self.spec
+        if not spec.slurm_hosts:
+            return []
+        argv = list(rank_command(spec))
+        return [{"rank": r, "argv": argv,
+                 "env": {"RANK": str(r), **({"SCOREP_EXPERIMENT_DIRECTORY": experiment_path(spec, r)}
+                                            if spec.instrumented else {})},
+                 "cwd": str(spec.workdir), "log": self._status[r].log_path, "node": self._nodes.get(r, "")}
+                for r in range(spec.world_size)]
 
     def _warmup_ok(self) -> bool:
         spec = self.spec

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from doctor.launch import ifname
-from doctor.launch.spec import LaunchSpec, rank_command, total_memory_to_set
+from doctor.launch.spec import LaunchSpec, experiment_base, rank_command, total_memory_to_set
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,9 @@ def srun_command(spec: LaunchSpec, master_addr: str, master_port: int,
                  "--canary-dir", str(run_dir or spec.run_dir or spec.workdir)]
         if spec.canary_optimizer_state:
             task.append("--canary-optimizer-state")
+    base = experiment_base(spec)
+    if base is not None:  # started above the job folder: the ranks' Score-P folders go there, as locally
+        task += ["--experiment-base", base]
     total = total_memory_to_set(spec, spec.base_env())
     memory = f",SCOREP_TOTAL_MEMORY={total}" if total else ""
     return [

@@ -173,10 +173,15 @@ def job_folder(spec: LaunchSpec) -> Path:
 def experiment_path(spec: LaunchSpec, rank: int) -> str:
     """SCOREP_EXPERIMENT_DIRECTORY of a rank: `scorep_rank_N` in the ranks' folder, or, for a launch
     started above the job folder, that folder's `scorep_rank_N` (where post-run on the job looks)."""
+    base = experiment_base(spec)
+    return experiment_dir(rank) if base is None else str(Path(base) / experiment_dir(rank))
+
+
+def experiment_base(spec: LaunchSpec) -> str | None:
+    """The folder the ranks' `scorep_rank_N` go into when it is not their working folder: the job
+    folder of a launch started above it (`-- job/train.py`); None: their working folder."""
     folder = job_folder(spec)
-    if folder == Path(spec.workdir).resolve():
-        return experiment_dir(rank)
-    return str(folder / experiment_dir(rank))
+    return None if folder == Path(spec.workdir).resolve() else str(folder)
 
 
 def default_run_dir(workdir: Path, now: dt.datetime | None = None) -> Path:

@@ -3,11 +3,14 @@
 Usage (built by `doctor.launch.slurm.srun_command`, not typed by people):
 
     python -m doctor.launch.srun_task [--warmup-python P [--warmup-budget S] [--require-cuda]] \\
-        [--rendezvous-timeout S] [--socket-ifname auto|NAME] -- python -m scorep --cuda train.py ...
+        [--rendezvous-timeout S] [--socket-ifname auto|NAME] [--experiment-base DIR] -- python -m scorep --cuda train.py ...
 
 With --socket-ifname the rank gets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME (where the job
 set neither itself): NAME, or with `auto` the interface of this node's route to MASTER_ADDR
 (doctor.launch.ifname), said in one line in the rank's log.
+
+Each rank's SCOREP_EXPERIMENT_DIRECTORY is `scorep_rank_N` in the task's working folder, or with
+--experiment-base DIR (a launch started above the job folder) DIR/scorep_rank_N, as a local launch.
 
 With --rendezvous-timeout the task stays as the rank's parent and watches, on its own
 node, whether the rank joined the rendezvous at MASTER_ADDR:MASTER_PORT, saying so in
@@ -60,8 +63,8 @@ def tasks_on_node(tasks_per_node: str, node_id: int) -> int | None:
     return counts[node_id] if 0 <= node_id < len(counts) else None
 
 
-def task_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment of the rank this Slurm task is."""
+def task_env(env: Mapping[str, str], experiment_base: str | None = None) -> dict[str, str]:
+    """The environment of the rank this Slurm task is (its Score-P folder under `experiment_base`, if given)."""
     try:
         rank = int(env["SLURM_PROCID"])
         local = int(env.get("SLURM_LOCALID", "0"))
@@ -78,7 +81,8 @@ def task_env(env: Mapping[str, str]) -> dict[str, str]:
     out.update({
         "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(world),
         "LOCAL_WORLD_SIZE": str(local_world), "GROUP_RANK": str(node), "NODE_RANK": str(node),
-        "SCOREP_EXPERIMENT_DIRECTORY": experiment_dir(rank),
+        "SCOREP_EXPERIMENT_DIRECTORY": (str(Path(experiment_base) / experiment_dir(rank)) if experiment_base
+                                        else experiment_dir(rank)),
     })
     out.setdefault("PYTHONUNBUFFERED", "1")
     out.pop("SCOREP_PYTHON_BINDINGS_INITIALISED", None)
@@ -97,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--require-cuda", action="store_true")
     p.add_argument("--rendezvous-timeout", type=float, default=0.0)
     p.add_argument("--socket-ifname", default=ifname.OFF)
+    p.add_argument("--experiment-base")
     p.add_argument("--canary", type=int, default=0)
     p.add_argument("--canary-timeout", type=float, default=60.0)
     p.add_argument("--canary-dir", default=".")
@@ -107,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("srun_task: no command after --", file=sys.stderr)
         return 2
     try:
-        env = task_env(os.environ)
+        env = task_env(os.environ, args.experiment_base)
     except TaskError as exc:
         print(f"srun_task: error: {exc}", file=sys.stderr)
         return 2

@@ -71,7 +71,9 @@ def diagnosis_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     diag = doc.get("diagnosis") or {}
     rows = []
     for r in diag.get("root_causes", []):
-        explains = "; ".join(f"{problem_name(s)} {s['status']}: {s['message']}" for s in r["explains"])
+        explains = "; ".join(f"{'may explain ' if s.get('unsure') else ''}{problem_name(s)} {s['status']}: "
+                             f"{s['message']}{' (' + s['unsure'] + ')' if s.get('unsure') else ''}"
+                             for s in r["explains"])
         rows.append((f"{problem_name(r)}: {r['message']}", r["status"], explains, r["next"]))
     for u in diag.get("unexplained", []):
         rows.append((f"{problem_name(u)}: {u['message']}", u["status"],

@@ -27,8 +27,15 @@ def diagnosis_renderable(diagnosis: Diagnosis | None) -> RenderableType:
         # As wide as the terminal, each line cut with an ellipsis only where the screen ends.
         line = Text.assemble(("root cause ", "bold"), problem_text(root.problem), ": ",
                              shown(root.problem.message, one_line=True), no_wrap=True, overflow="ellipsis")
-        line.append("\n    explains: ", style="dim")
-        line.append_text(Text(", ").join(problem_text(s.problem) for s in root.symptoms))
+        sure = [s for s in root.symptoms if not s.unsure]
+        maybe = [s for s in root.symptoms if s.unsure]
+        if sure:
+            line.append("\n    explains: ", style="dim")
+            line.append_text(Text(", ").join(problem_text(s.problem) for s in sure))
+        if maybe:   # the log may come from a run without this cause's precondition: said, not asserted
+            line.append("\n    may explain: ", style="dim")
+            line.append_text(Text(", ").join(problem_text(s.problem) for s in maybe))
+            line.append(f" — {shown(maybe[0].unsure or '', one_line=True)}", style="dim")
         lines.append(line)
     for u in diagnosis.unexplained:
         lines.append(Text.assemble(problem_text(u.problem), (" — cause not found among the checks; possible: ", "dim"),
@@ -52,11 +59,14 @@ def links_renderable(check_id: str, diagnosis: Diagnosis | None) -> RenderableTy
         return None
     rows: list[RenderableType] = []
     for s in diagnosis.explains(check_id):
-        rows.append(Text.assemble(("explains ", "bold"), problem_text(s.problem), f": {s.problem.message}",
-                                  (f"\n    why: {s.why}", "dim")))
-    for cause, why in diagnosis.explained_by(check_id):
-        rows.append(Text.assemble(("explained by ", "bold"), problem_text(cause), f": {cause.message}",
-                                  (f"\n    why: {why}", "dim"), (f"\n    next: {cause.next_step}", "cyan")))
+        rows.append(Text.assemble(("may explain " if s.unsure else "explains ", "bold"), problem_text(s.problem),
+                                  f": {s.problem.message}", (f"\n    why: {s.why}", "dim"),
+                                  (f"\n    unsure: {s.unsure}" if s.unsure else "", "dim")))
+    for cause, why, doubt in diagnosis.explained_with_doubt(check_id):
+        rows.append(Text.assemble(("may be explained by " if doubt else "explained by ", "bold"), problem_text(cause),
+                                  f": {cause.message}", (f"\n    why: {why}", "dim"),
+                                  (f"\n    unsure: {doubt}" if doubt else "", "dim"),
+                                  (f"\n    next: {cause.next_step}", "cyan")))
     for u in diagnosis.unexplained:
         if u.problem.check_id == check_id:
             rows.append(Text.assemble(("cause not found; ", "bold"), f"possible: {', '.join(u.possible_causes)}",
