@@ -104,7 +104,13 @@ class ShellWalker(Links, Branches):
     def run_string(self, word: Word, ctx: Ctx) -> None:
         """Walk a `bash -c` string where it is written (its spans stay the file's where they can)."""
         span = word.source
-        if span is not None:
+        offsets = _char_offsets(word)
+        first = next((p.span for p in word.pieces if p.text), None)
+        if span is not None and span.end - span.start == len(word.text):
+            src = Source(ctx.src.path, word.text, span.line - 1, span.start, span.col - 1)
+        elif offsets is not None and first is not None:  # escapes in double quotes: each character where it is
+            src = Source(ctx.src.path, word.text, first.line - 1, offsets[0], first.col - 1, offsets)
+        elif span is not None:
             src = Source(ctx.src.path, word.text, span.line - 1, span.start, span.col - 1)
         else:
             src = Source(ctx.src.path, word.text, word.span.line - 1, word.span.start, 0)
@@ -720,3 +726,19 @@ def _inside_quotes(src: Source, node: Node) -> Span:
     return src.span(a, b)
 
 
+def _char_offsets(word: Word) -> list[int] | None:
+    """Each character of a word written in one place, as its offset in the file (and one past the end):
+    a piece shorter than its text (`\\$`, `\\"` in double quotes) is its last characters."""
+    out: list[int] = []
+    for piece in word.pieces:
+        if not piece.text:
+            continue
+        if piece.span is None:
+            return None
+        width = piece.span.end - piece.span.start
+        skip = max(0, width - len(piece.text))
+        out.extend(piece.span.start + skip + min(i, width - 1) for i in range(len(piece.text)))
+    if not out:
+        return None
+    out.append(out[-1] + 1)
+    return out

@@ -75,7 +75,11 @@ class Merger(Places):
                 continue
             if old is not None and _unfollowed(old) and not varies and value:  # '': what the node has, not here
                 old = None  # bash saw what the static reading marked unknown (`read`, `eval`, `source <(...)`)
-            if old is not None and (old.value is None or old.varies or old.value == value) and \
+            # several runs saw what differs per rank: a value that differed between them, or one that did
+            # not (`"...=scorep_rank_${RANK}"` expanded once, in the batch shell, for every task)
+            seen_per_rank = old is not None and len(obs.runs) > 1 and (
+                (varies and not old.varies and _differs_on_one_node(obs, name)) or (old.varies and not varies))
+            if old is not None and not seen_per_rank and (old.value is None or old.varies or old.value == value) and \
                     (old.varies == varies or old.value is None):
                 span = self.literal(site, value) if old.value == value and old.span is None and value else None
                 env[name] = old if span is None else replace(old, raw=value, span=span, pieces=(Piece(value, span),))
@@ -85,7 +89,8 @@ class Merger(Places):
                 found = self.data_line(name, value)  # `while read`, `source <(sed ... profile)`: the data file
                 if found is not None:
                     site, span = found
-            env[name] = EnvVar(name, None if varies else value, value, site, True, varies=varies, span=span,
+            raw = old.raw if varies and old is not None else value  # per rank: as written, not the first run's
+            env[name] = EnvVar(name, None if varies else value, raw, site, True, varies=varies, span=span,
                                pieces=(Piece(value, span),) if span is not None else ())
             if _shown(name) and static is not None:
                 changed.append(name)
@@ -190,6 +195,15 @@ def _match(words: list[tuple[str, bool]], argv: list[str]) -> bool:
             else:
                 ok[i][j] = any(ok[i + 1][k] for k in range(j, min(len(argv), j + 64) + 1))
     return ok[0][0]
+
+
+def _differs_on_one_node(obs: Observed, name: str) -> bool:
+    """Whether two runs on the same (simulated) node saw different values of `name`: per rank, not a value
+    that differs only from node to node (`scorep_${SLURM_NODEID}`, which the ranks of a node share)."""
+    by_node: dict[str | None, set[str | None]] = {}
+    for r in obs.runs:
+        by_node.setdefault(r.env.get("SLURM_NODEID"), set()).add(r.env.get(name))
+    return any(len(values) > 1 for values in by_node.values())
 
 
 def _unfollowed(var: EnvVar) -> bool:
