@@ -136,7 +136,9 @@ class Merger(Places):
         base = static or Command(self.site(obs.file, obs.line), self.text(obs.file, obs.line), argv, {},
                                  flow=flow, order=order, end_line=obs.line, span=self.span(obs.file, obs.line),
                                  statement_line=obs.line)
-        cmd = replace(base, argv=argv, env=env, wrappers=tuple(outer) + tuple(wrappers), launch=launch,
+        # a prefix assignment on the line (`RANK=$rank python ...`) is the value bash gave it there
+        inline = tuple(_at_same_line(env.get(v.name), v) for v in base.inline)
+        cmd = replace(base, argv=argv, env=env, inline=inline, wrappers=tuple(outer) + tuple(wrappers), launch=launch,
                       per_task=per_task, loop=loop, background=run.background or base.background,
                       argv_words=words, cwd=cwd, read="observed", opaque=None)  # bash saw every name set
         self._differ(obs, static, cmd, changed)
@@ -195,6 +197,12 @@ def _match(words: list[tuple[str, bool]], argv: list[str]) -> bool:
             else:
                 ok[i][j] = any(ok[i + 1][k] for k in range(j, min(len(argv), j + 64) + 1))
     return ok[0][0]
+
+
+def _at_same_line(merged: EnvVar | None, static: EnvVar) -> EnvVar:
+    same = merged is not None and merged.site is not None and static.site is not None and \
+        (merged.site.file, merged.site.line) == (static.site.file, static.site.line)
+    return merged if same and merged is not None else static
 
 
 def _differs_on_one_node(obs: Observed, name: str) -> bool:
