@@ -239,15 +239,15 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
             # from its spelling (`/scratch/$USER/.../vit_${SLURM_JOB_ID}/...`) nor from `$BASE`: the
             # value is the one the batch shell computed and every task has it, while `$BASE` unexported
             # is empty in a task and a spelling with `$(date ...)` or `$RANDOM` in it would differ per task.
-            at = _command_start(edits, cmd, head)
+            start = _command_start(edits, cmd, head)
             # inside `bash -c "..."` the batch shell would expand `${RANK}` once, for every task: escaped
             # text means in the string what it means on its own line
-            quoted = for_double_quotes if in_double_quotes(edits.doc(head.file).parse_text, at) else str
+            quoted = for_double_quotes if in_double_quotes(edits.doc(head.file).parse_text, start) else str
             if base:
                 value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}"
                 edits.insert_lines_before(head.file, cmd.statement_line or head.line,
                                           [quoted('mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"')])
-            edits.insert(head.file, at, head.line, quoted(f"SCOREP_EXPERIMENT_DIRECTORY={value} "))
+            edits.insert(head.file, start, head.line, quoted(f"SCOREP_EXPERIMENT_DIRECTORY={value} "))
         else:
             at = f"{job.rel(var.site.file)}:{var.site.line}" if var.site else where(job, None, cmd)
             raise CannotPlan(f"{at}: SCOREP_EXPERIMENT_DIRECTORY={var.raw} is not a value "
