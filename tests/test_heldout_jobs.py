@@ -119,6 +119,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "srun_background_wait": {"SCP006": {("job.sh", 6), ("job.sh", 11)}},
     # `conda activate` after `eval "$(conda shell.bash hook)"`, `python3 -u -m scorep` in a multi-line `bash -c`
     "conda_activate_cuda": {"SCP002": {("job.sh", 11), ("job.sh", 20)}},
+    # `if [[ -n ${SLURM_JOB_ID:-} ]]; then LAUNCH=(srun ...); else LAUNCH=(mpirun ...); fi; "${LAUNCH[@]}" python ...`
+    "slurm_or_mpirun": {"SCP005": {("run.sh", 14)}, "SCP006": {("run.sh", 14)}},
 }
 
 # folder -> {check: what its message must say of the count (nodes × tasks per node)}
@@ -232,6 +234,9 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "source_env_defaults": [("env.sh", ': "${SCOREP_CUDA_ENABLE:=kernel,memcpy,sync}"\n')],
     "srun_background_wait": [("job.sh", "    SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${lr} srun --exact")],
     "conda_activate_cuda": [("job.sh", "exec python3 -u -m scorep --cuda train.py --epochs 1'\n")],
+    # under sbatch bash takes the srun arm: each task's own shell names its folder; the `--` goes
+    "slurm_or_mpirun": [("run.sh", '"${LAUNCH[@]}" bash -c \'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${SLURM_PROCID} '
+                                   'exec "$@"\' bash python -m scorep train.py --epochs 1\n')],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}

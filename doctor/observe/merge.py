@@ -130,9 +130,8 @@ class Merger(Places):
             # what remedies edit; real tools on the line, exec, env, timeout, are not recorded)
             argv, launch, wrappers, outer = static.argv, static.launch, list(static.wrappers), []
             per_task = static.per_task
-        words = tuple(static.argv_words) if static is not None and static.argv == argv else tuple(
-            Word(a, static.span if static is not None and static.span else self.span(obs.file, obs.line))
-            for a in argv)
+        words = tuple(static.argv_words) if static is not None and static.argv == argv else _aligned_words(
+            static, argv, static.span if static is not None and static.span else self.span(obs.file, obs.line))
         base = static or Command(self.site(obs.file, obs.line), self.text(obs.file, obs.line), argv, {},
                                  flow=flow, order=order, end_line=obs.line, span=self.span(obs.file, obs.line),
                                  statement_line=obs.line)
@@ -170,6 +169,20 @@ class Merger(Places):
             old, new = static.env.get(name), cmd.env[name]
             self.differences.append({**where, "what": f"env {name}",
                                      "static": _env_text(old), "observed": _env_text(new)})
+
+
+def _aligned_words(static: Command | None, argv: tuple[str, ...], line: Span) -> tuple[Word, ...]:
+    """The observed argv's words: the line's span for each, but the static word itself for the end both
+    readings agree on, word for word (`"${LAUNCH[@]}" python -m scorep -- train.py`: the launcher bash chose,
+    then the words written on the line, which remedies can edit where they stand)."""
+    out = [Word(a, line) for a in argv]
+    words = static.argv_words if static is not None and len(static.argv_words) == len(static.argv) else ()
+    k = 1
+    while k <= min(len(words), len(argv)) and words[-k].known and words[-k].text == argv[-k] and \
+            words[-k].source is not None:
+        out[-k] = words[-k]
+        k += 1
+    return tuple(out)
 
 
 def _same_argv(static: Command, argv: tuple[str, ...]) -> bool:
