@@ -121,6 +121,8 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "conda_activate_cuda": {"SCP002": {("job.sh", 11), ("job.sh", 20)}},
     # `if [[ -n ${SLURM_JOB_ID:-} ]]; then LAUNCH=(srun ...); else LAUNCH=(mpirun ...); fi; "${LAUNCH[@]}" python ...`
     "slurm_or_mpirun": {"SCP005": {("run.sh", 14)}, "SCP006": {("run.sh", 14)}},
+    # `while getopts ":m:e:ch" opt; do case ... m) MEM=$OPTARG ;; ...`: `sbatch job.sh` passes none, MEM=5G stands
+    "getopts_memory": {"SCP003": {("job.sh", 20)}},
 }
 
 # folder -> {check: what its message must say of the count (nodes × tasks per node)}
@@ -234,6 +236,7 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "source_env_defaults": [("env.sh", ': "${SCOREP_CUDA_ENABLE:=kernel,memcpy,sync}"\n')],
     "srun_background_wait": [("job.sh", "    SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${lr} srun --exact")],
     "conda_activate_cuda": [("job.sh", "exec python3 -u -m scorep --cuda train.py --epochs 1'\n")],
+    "getopts_memory": [("job.sh", "\nMEM=3500M\n")],
     # under sbatch bash takes the srun arm: each task's own shell names its folder; the `--` goes
     "slurm_or_mpirun": [("run.sh", '"${LAUNCH[@]}" bash -c \'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${SLURM_PROCID} '
                                    'exec "$@"\' bash python -m scorep train.py --epochs 1\n')],

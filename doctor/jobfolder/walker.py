@@ -239,7 +239,7 @@ class ShellWalker(Links, Branches):
                                                 varies=True)
         for c in conds:
             self.walk(c, replace(inner, condition=True))
-        if body is not None:
+        if body is not None and not _getopts_without_arguments(conds, ctx):
             self.walk(body, inner)
 
     def _if(self, node: Node, ctx: Ctx) -> None:
@@ -742,3 +742,13 @@ def _char_offsets(word: Word) -> list[int] | None:
         return None
     out.append(out[-1] + 1)
     return out
+
+
+def _getopts_without_arguments(conds: list[Node], ctx: Ctx) -> bool:
+    """`while getopts "m:e:" opt; do ... done` over a script's own arguments, where it has none (as `${1:-5G}`
+    reads its default): getopts fails at once, the body never runs and the defaults above it stand."""
+    commands = [c for c in conds if c.type not in (";", "&", "\n")]
+    if len(commands) != 1 or ctx.state.args:
+        return False
+    words = words_of(commands[0]) if commands[0].type == "command" else []
+    return len(words) == 3 and ctx.src.text_of(words[0]) == "getopts"
