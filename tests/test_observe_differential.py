@@ -35,6 +35,10 @@ KNOWN: dict[str, str] = {
     **{f"tests/fixtures/heldout/slurm_or_mpirun/{v}": "the static reading takes `${SLURM_JOB_ID:-}` for unset "
                                                      "(the mpirun arm); under sbatch bash takes the srun one"
        for v in ("broken", "clean")},
+    **{f"tests/fixtures/heldout/strict_scratch_cd/{v}": "the static reading stays in the submit folder after `cd` "
+                                                       "into one known only when the job runs (`mkdir -p "
+                                                       "\"${SCRATCH:-/tmp}/ddp_$SLURM_JOB_ID\" && cd \"$_\"`)"
+       for v in ("broken", "clean")},
     "tests/fixtures/heldout_observed/while_read_ranks/clean": "the static reading does not read the loop's "
                                                                "`< <(seq ...)`: one `$rank` for every turn",
     "tests/fixtures/heldout_observed/while_read_ranks/broken": "the static reading does not read the loop's "

@@ -81,3 +81,32 @@ def test_the_static_reading_never_takes_gpu_doctors_own_dollar_underscore(tmp_pa
     job = load_job(Case(root=tmp_path, env=env, options={"observe": False}))
     ((cmd, _launch),) = job.instrumented
     assert cmd.cwd != "/usr/bin/timeout"
+
+
+def test_both_readings_follow_cd_into_the_folder_the_command_before_named(tmp_path: Path) -> None:
+    # the observer's own DEBUG trap must leave `$_` as bash had it: `cd "$_"` goes where mkdir made
+    write_job(tmp_path, {"job.sh": """
+        #!/bin/bash
+        mkdir -p runs/exp1 && cd "$_"
+        export SCOREP_TOTAL_MEMORY=3500M
+        python -m scorep ../../train.py
+        """, "train.py": TRAIN})
+    for observe in (True, False):
+        job = load_job(Case(root=tmp_path, options={"observe": observe}))
+        ((cmd, _launch),) = job.instrumented
+        assert cmd.cwd == str(tmp_path / "runs" / "exp1"), (observe, cmd.cwd)
+    assert not job.differences or all(d["what"] != "cwd" for d in job.differences)
+
+
+def test_a_value_that_holds_the_sandboxs_job_id_is_known_only_when_the_job_runs(tmp_path: Path) -> None:
+    write_job(tmp_path, {"job.sbatch": """
+        #!/bin/bash
+        #SBATCH --ntasks=1
+        mkdir -p "/tmp/ddp_$SLURM_JOB_ID" && cd "$_"
+        export SCOREP_TOTAL_MEMORY=3500M SCOREP_EXPERIMENT_DIRECTORY=$PWD/profile
+        python -m scorep train.py
+        """, "train.py": TRAIN})
+    job = load_job(Case(root=tmp_path, options={"observe": True}))
+    ((cmd, _launch),) = job.instrumented
+    folder = cmd.env["SCOREP_EXPERIMENT_DIRECTORY"]
+    assert folder.value is None and "4242" not in folder.raw, folder

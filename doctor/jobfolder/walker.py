@@ -468,6 +468,10 @@ class ShellWalker(Links, Branches):
                 words.append(Word(m.group(), sp, (Piece(m.group(), sp),)))
                 word_lines.append((m.group(), src.line(a)))
         argv = [w.text for w in words]
+        if words:  # `$_`: the last word of the command before (`mkdir -p "$D" && cd "$_"`)
+            last = words[-1]
+            ctx.state.vars["_"] = EnvVar("_", last.text if last.known else None, last.text, site, False,
+                                         pieces=last.pieces)
         if not words:
             for var in inline:
                 ctx.state.vars[var.name] = var

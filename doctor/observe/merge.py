@@ -12,6 +12,7 @@ saw is dropped when bash ran that script to its end without starting it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -90,11 +91,21 @@ class Merger(Places):
                 if found is not None:
                     site, span = found
             raw = old.raw if varies and old is not None else value  # per rank: as written, not the first run's
+            if not varies and self._stand_in(value):  # `cd "$_"` into `/tmp/ddp_$SLURM_JOB_ID`: the sandbox's id
+                env[name] = EnvVar(name, None, old.raw if old is not None else value, site, True)
+                if _shown(name) and static is not None:
+                    changed.append(name)
+                continue
             env[name] = EnvVar(name, None if varies else value, raw, site, True, varies=varies, span=span,
                                pieces=(Piece(value, span),) if span is not None else ())
             if _shown(name) and static is not None:
                 changed.append(name)
         return env, changed
+
+    def _stand_in(self, value: str) -> bool:
+        """Whether a value holds the job id the sandbox made up (known only when the job runs)."""
+        job_id = self.base_env.get("SLURM_JOB_ID")
+        return bool(job_id) and re.search(rf"(?<!\d){re.escape(str(job_id))}(?!\d)", value) is not None
 
     def command(self, obs: Observed, static: Command | None, by_id: dict[str, Record],
                 flow: int, order: int) -> Command:
