@@ -59,9 +59,9 @@ class Merger(Places):
             varies = len(values) > 1
             where = first.sites.get(name)
             if where is not None:
-                site: Site | None = self.site(*self.place(where[0], where[1], first.cwd))
-                if not os.path.exists(site.file):  # a file the job wrote as it ran (`cat > $RUN/x.env <<EOF`)
-                    site = self.written_at(name) or site
+                ran_at = self.site(*self.place(where[0], where[1], first.cwd))
+                # a file the job wrote as it ran (`cat > $RUN/x.env <<EOF`): the line of the folder that writes it
+                site: Site | None = ran_at if os.path.exists(ran_at.file) else self.written_at(name) or ran_at
             elif self.base_env.get(name) == value or name.startswith(SIMULATED) or name in WORKER_VARS:
                 if old is not None:
                     env[name] = old  # inherited, or a stand-in the sandbox set
