@@ -17,7 +17,12 @@ readiness test in a warm-up loop, `--nopython`, and `eval`, `read <<<`, `printf 
 Score-P, mpirun over 2 hosts, Lightning's `num_nodes`, a base folder set through a shell variable the
 batch script does not export (`BASE=/scratch/...; export SCOREP_EXPERIMENT_DIRECTORY=$BASE; srun
 ./task.sh`), and submitit (`update_parameters(nodes=args.nodes, tasks_per_node=num_gpus_per_node)` with
-`python -m scorep` around the launcher; `SlurmExecutor` submitting a `CommandFunction` that runs a task script).
+`python -m scorep` around the launcher; `SlurmExecutor` submitting a `CommandFunction` that runs a task script);
+and (issue 24, a second round) `srun ... bash -c "... \\$SLURM_PROCID ..."` with a multi-line double-quoted string,
+`set -euo pipefail` + `trap ... EXIT` + `${VAR:?}` + `mkdir -p "$DIR" && cd "$_"`, `exec > >(tee log)` with
+functions of `local` variables and torchrun's options in an array, `source env.sh` of `: "${X:=default}"`,
+`srun --exact ... &` per sweep value then `wait "${pids[@]}"`, `conda activate` with `python3 -u -m scorep`,
+`if [[ -n ${SLURM_JOB_ID:-} ]]` choosing `"${LAUNCH[@]}"`, and `while getopts` over the script's arguments.
 
 The broken variant raises what is wrong, with evidence on the line that set the value; the clean
 one raises nothing above pass in the job layers; `fix --apply --unsafe` leaves the broken one
