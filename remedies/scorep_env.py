@@ -33,6 +33,8 @@ from doctor.remedy.spans import (
     SpanEdits,
     at_targets,
     chain_root,
+    for_double_quotes,
+    in_double_quotes,
     job_of,
     scorep_words,
     set_values,
@@ -237,11 +239,15 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
             # from its spelling (`/scratch/$USER/.../vit_${SLURM_JOB_ID}/...`) nor from `$BASE`: the
             # value is the one the batch shell computed and every task has it, while `$BASE` unexported
             # is empty in a task and a spelling with `$(date ...)` or `$RANDOM` in it would differ per task.
+            start = _command_start(edits, cmd, head)
+            # inside `bash -c "..."` the batch shell would expand `${RANK}` once, for every task: escaped
+            # text means in the string what it means on its own line
+            quoted = for_double_quotes if in_double_quotes(edits.doc(head.file).parse_text, start) else str
             if base:
                 value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}"
                 edits.insert_lines_before(head.file, cmd.statement_line or head.line,
-                                          ['mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"'])
-            edits.insert(head.file, head.start, head.line, f"SCOREP_EXPERIMENT_DIRECTORY={value} ")
+                                          [quoted('mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"')])
+            edits.insert(head.file, start, head.line, quoted(f"SCOREP_EXPERIMENT_DIRECTORY={value} "))
         else:
             at = f"{job.rel(var.site.file)}:{var.site.line}" if var.site else where(job, None, cmd)
             raise CannotPlan(f"{at}: SCOREP_EXPERIMENT_DIRECTORY={var.raw} is not a value "
@@ -251,6 +257,16 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
         edits.write(ENV, "SCOREP_EXPERIMENT_DIRECTORY=[base/]scorep_rank_N for each rank")
     elif not ctx.note:
         ctx.note = "every launch already has its own folder, or per-rank-launch writes them"
+
+
+def _command_start(edits: SpanEdits, cmd: Command, head: Span) -> int:
+    """Where the command's first word starts on its line (after the line's indentation)."""
+    words = cmd.argv_words
+    first = words[0].span if words else None
+    if first is None or first.file != head.file or not head.start <= first.start <= head.end:
+        return head.start
+    lead = edits.doc(head.file).parse_text[head.start:first.start]
+    return first.start if lead.strip() == "" else head.start
 
 
 def experiment_base(var: EnvVar | None) -> str | None:

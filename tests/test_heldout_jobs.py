@@ -17,7 +17,12 @@ readiness test in a warm-up loop, `--nopython`, and `eval`, `read <<<`, `printf 
 Score-P, mpirun over 2 hosts, Lightning's `num_nodes`, a base folder set through a shell variable the
 batch script does not export (`BASE=/scratch/...; export SCOREP_EXPERIMENT_DIRECTORY=$BASE; srun
 ./task.sh`), and submitit (`update_parameters(nodes=args.nodes, tasks_per_node=num_gpus_per_node)` with
-`python -m scorep` around the launcher; `SlurmExecutor` submitting a `CommandFunction` that runs a task script).
+`python -m scorep` around the launcher; `SlurmExecutor` submitting a `CommandFunction` that runs a task script);
+and (issue 24, a second round) `srun ... bash -c "... \\$SLURM_PROCID ..."` with a multi-line double-quoted string,
+`set -euo pipefail` + `trap ... EXIT` + `${VAR:?}` + `mkdir -p "$DIR" && cd "$_"`, `exec > >(tee log)` with
+functions of `local` variables and torchrun's options in an array, `source env.sh` of `: "${X:=default}"`,
+`srun --exact ... &` per sweep value then `wait "${pids[@]}"`, `conda activate` with `python3 -u -m scorep`,
+`if [[ -n ${SLURM_JOB_ID:-} ]]` choosing `"${LAUNCH[@]}"`, and `while getopts` over the script's arguments.
 
 The broken variant raises what is wrong, with evidence on the line that set the value; the clean
 one raises nothing above pass in the job layers; `fix --apply --unsafe` leaves the broken one
@@ -107,6 +112,22 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     # submitit's SlurmExecutor(nodes=NODES, ntasks_per_node=...) submits CommandFunction(["bash", "dino_task.sh"])
     "submitit_command_task": {"SCP006": {("dino_task.sh", 6), ("submit.sh", 6)}, "SCP004": {("dino_task.sh", 6)},
                               "LNC002": {("dino_task.sh", 6)}},
+    # (issue 24, second round) `srun ... bash -c "... \\$SLURM_PROCID ..."`: the batch shell expands $SLURM_JOB_ID once
+    "escaped_bash_c": {"SCP006": {("job.sbatch", 12), ("job.sbatch", 13)}},
+    # `set -euo pipefail`, `trap ... EXIT`, `${VAR:?}`, `mkdir -p "$DIR" && cd "$_"`
+    "strict_scratch_cd": {"SCP003": {("run.sbatch", 11)}},
+    # `exec > >(tee -a log)`, functions with `local`, torchrun's options in an array `"${args[@]}"`
+    "tee_function_array": {"LNC001": {("launch.sh", 19)}},
+    # `source env.sh` of `: "${SCOREP_CUDA_ENABLE:=...}"` defaults, then a `${VAR:?}` guard
+    "source_env_defaults": {"SCP007": {("env.sh", 3)}},
+    # one `srun --exact ... &` per sweep value, then `wait "${pids[@]}"`: both write the same folder
+    "srun_background_wait": {"SCP006": {("job.sh", 6), ("job.sh", 11)}},
+    # `conda activate` after `eval "$(conda shell.bash hook)"`, `python3 -u -m scorep` in a multi-line `bash -c`
+    "conda_activate_cuda": {"SCP002": {("job.sh", 11), ("job.sh", 20)}},
+    # `if [[ -n ${SLURM_JOB_ID:-} ]]; then LAUNCH=(srun ...); else LAUNCH=(mpirun ...); fi; "${LAUNCH[@]}" python ...`
+    "slurm_or_mpirun": {"SCP005": {("run.sh", 14)}, "SCP006": {("run.sh", 14)}},
+    # `while getopts ":m:e:ch" opt; do case ... m) MEM=$OPTARG ;; ...`: `sbatch job.sh` passes none, MEM=5G stands
+    "getopts_memory": {"SCP003": {("job.sh", 20)}},
 }
 
 # folder -> {check: what its message must say of the count (nodes × tasks per node)}
@@ -213,6 +234,17 @@ AFTER: dict[str, list[tuple[str, str]]] = {
                                                '${RANK} exec python -m scorep --cuda dino_train.py "$@"\n'),
                               ("dino_task.sh", "cuda_ready=0\n"),
                               ("submit.sh", "dino_vits16\nexport SCOREP_CUDA_BUFFER=256M\npython submit_dino.py")],
+    # inside the double-quoted string each task's own shell expands it: written `\\${RANK}`
+    "escaped_bash_c": [("job.sbatch", "    SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_\\${RANK} python3 -u -m scorep train.py "
+                                      '--epochs 1"\n')],
+    "strict_scratch_cd": [("run.sbatch", "export SCOREP_TOTAL_MEMORY=3500M\n")],
+    "source_env_defaults": [("env.sh", ': "${SCOREP_CUDA_ENABLE:=kernel,memcpy,sync}"\n')],
+    "srun_background_wait": [("job.sh", "    SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${lr} srun --exact")],
+    "conda_activate_cuda": [("job.sh", "exec python3 -u -m scorep --cuda train.py --epochs 1'\n")],
+    "getopts_memory": [("job.sh", "\nMEM=3500M\n")],
+    # under sbatch bash takes the srun arm: each task's own shell names its folder; the `--` goes
+    "slurm_or_mpirun": [("run.sh", '"${LAUNCH[@]}" bash -c \'SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_${SLURM_PROCID} '
+                                   'exec "$@"\' bash python -m scorep train.py --epochs 1\n')],
 }
 
 # folder -> {check left after the fix: the remedy that must say why it cannot}

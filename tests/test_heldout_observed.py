@@ -1,7 +1,9 @@
 """Held-out job folders in spellings only bash reads right (tests/fixtures/heldout_observed/): the
 measurement memory set through `eval`, `printf -v`, `read <<<`, `declare -n`, a `while read` loop
 over a profile file and `source <(...)`, each after an older `export SCOREP_TOTAL_MEMORY=3500M`
-that the static reading alone reports instead (a pass with an older value).
+that the static reading alone reports instead (a pass with an older value); and ranks started by a
+`while read -r rank` loop over `< <(seq ...)`, whose per-rank folder the static reading alone takes
+for one folder shared by every rank (a false SCP006 on the clean variant).
 
 With the observed reading (the default), the four assertions of test_heldout_jobs.py: the broken
 variant raises SCP003 with evidence on the line that set the value; the clean one raises nothing
@@ -38,7 +40,14 @@ EXPECTED: dict[str, dict[str, set[tuple[str, int]]]] = {
     "declare_nameref": {"SCP003": {("job.sh", 10)}},  # memory=8G through `declare -n memory=...`
     "while_read_conf": {"SCP003": {("scorep.conf", 2)}},  # the line the loop read
     "source_procsub": {"SCP003": {("scorep.profile", 2)}},  # the line sed turned into an export
+    # `while read -r rank; do RANK=$rank ... python -m scorep ... & done < <(seq 0 $((NGPU - 1)))`
+    "while_read_ranks": {"SCP006": {("run_ranks.sh", 13)}},
 }
+
+# folder -> the check the static reading alone raises on the clean variant (a false finding bash does not make)
+STATIC_FALSE = {"while_read_ranks": "SCP006"}  # it does not read the loop's input: `$rank` one value for all
+
+REMEDY = {"while_read_ranks": "scorep-per-rank-dirs"}  # the remedy the fix must verify; else scorep-total-memory
 
 STATIC_FOLLOWS = {"eval_export", "printf_v", "declare_nameref"}  # the static reader runs these spellings itself
 
@@ -50,6 +59,7 @@ AFTER: dict[str, list[tuple[str, str]]] = {
     "declare_nameref": [("job.sh", "declare -n memory=SCOREP_TOTAL_MEMORY\nmemory=3500M\n")],
     "while_read_conf": [("scorep.conf", "SCOREP_TOTAL_MEMORY 3500M\n")],
     "source_procsub": [("scorep.profile", "SCOREP_TOTAL_MEMORY=3500M\n")],
+    "while_read_ranks": [("run_ranks.sh", "RANK=$rank LOCAL_RANK=$rank SCOREP_EXPERIMENT_DIRECTORY=scorep_rank_$rank \\\n")],
 }
 
 
@@ -88,6 +98,10 @@ def test_the_static_reading_alone_misses_it(name: str) -> None:
     the line that set the value; where it now follows it (`eval` of known words, `printf -v`, `declare -n`) it
     fails there as bash does."""
     registry.load()
+    if name in STATIC_FALSE:
+        found = failing(HELDOUT / name / "clean", observe=False)
+        assert set(found) == {STATIC_FALSE[name]}, messages(found)
+        return
     facts = Facts(case_for(HELDOUT / name / "broken", options={"observe": False}), time.monotonic() + 60,
                   dict(HEALTHY))
     produced = registry.get_check("SCP003").fn(facts)
@@ -114,7 +128,7 @@ def test_fix_leaves_the_job_clean_and_undo_restores_it(
     before = snapshot(job)
     assert main(["fix", str(job), "--apply", "--unsafe"]) == 0
     out = "".join(capsys.readouterr())
-    assert "scorep-total-memory: verified" in out and "NOT verified" not in out, out
+    assert f"{REMEDY.get(name, 'scorep-total-memory')}: verified" in out and "NOT verified" not in out, out
     assert messages(failing(job)) == {}
     for rel, text in AFTER[name]:
         assert text in (job / rel).read_text(), (rel, text)

@@ -159,3 +159,22 @@ def test_the_process_tree_shows_the_base_a_task_gets_one_level_down() -> None:
         "$BASE", "/scratch/$USER/scorep/vit_${SLURM_JOB_ID}", "vit.sbatch", 15)
     assert any(line.strip() == "SCOREP_EXPERIMENT_DIRECTORY=/scratch/$USER/scorep/vit_${SLURM_JOB_ID} (known when it "
                "runs)  ← vit.sbatch:15" for line in launch_lines(job))
+
+
+def test_a_double_quoted_bash_c_string_keeps_every_span_where_it_is_written_past_its_escapes(tmp_path: Path) -> None:
+    # `\$` is one character of the string's value and two of the file: spans after it stay on their text
+    write_job(tmp_path, {"job.sbatch": """
+        #!/bin/bash
+        #SBATCH --ntasks-per-node=4
+        srun bash -c "
+            export RANK=\\$SLURM_PROCID LOCAL_RANK=\\$SLURM_LOCALID
+            export SCOREP_EXPERIMENT_DIRECTORY=run_$SLURM_JOB_ID
+            python3 -u -m scorep train.py --epochs 1"
+        """, "train.py": TRAIN})
+    text = (tmp_path / "job.sbatch").read_text()
+    ((cmd, _launch),) = job_of(tmp_path).instrumented
+    assert cmd.span is not None and text[cmd.span.start:cmd.span.end] == "python3 -u -m scorep train.py --epochs 1"
+    assert (cmd.span.line, cmd.span.col) == (6, 5)
+    rank, folder = cmd.env["RANK"], cmd.env["SCOREP_EXPERIMENT_DIRECTORY"]
+    assert rank.span is not None and text[rank.span.start:rank.span.end] == "$SLURM_PROCID" and rank.span.col == 18
+    assert folder.span is not None and text[folder.span.start:folder.span.end] == "run_$SLURM_JOB_ID"

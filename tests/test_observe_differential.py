@@ -32,6 +32,17 @@ KNOWN: dict[str, str] = {
        }.items()},
     "tests/fixtures/heldout/read_memory/broken": "the static reading marks what `read -r A <<< \"$(grep ...)\"` sets "
                                                  "unknown; bash read 8G from profile.cfg",
+    **{f"tests/fixtures/heldout/slurm_or_mpirun/{v}": "the static reading takes `${SLURM_JOB_ID:-}` for unset "
+                                                     "(the mpirun arm); under sbatch bash takes the srun one"
+       for v in ("broken", "clean")},
+    **{f"tests/fixtures/heldout/strict_scratch_cd/{v}": "the static reading stays in the submit folder after `cd` "
+                                                       "into one known only when the job runs (`mkdir -p "
+                                                       "\"${SCRATCH:-/tmp}/ddp_$SLURM_JOB_ID\" && cd \"$_\"`)"
+       for v in ("broken", "clean")},
+    "tests/fixtures/heldout_observed/while_read_ranks/clean": "the static reading does not read the loop's "
+                                                               "`< <(seq ...)`: one `$rank` for every turn",
+    "tests/fixtures/heldout_observed/while_read_ranks/broken": "the static reading does not read the loop's "
+                                                                "`< <(seq ...)`: RANK=$rank one value for every turn",
     # the clean variants set other values the same ways (the older value itself is the same there)
     **{f"tests/fixtures/heldout_observed/{name}/clean": why for name, why in {
         "read_herestring": "the static reading does not split `read -r A B <<< ...`: SCOREP_CUDA_BUFFER",

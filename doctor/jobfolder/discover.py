@@ -202,7 +202,8 @@ class JobBuilder:
 
     # -- build ------------------------------------------------------------
     def build(self) -> Job:
-        base_env = {k: EnvVar(k, v, v) for k, v in self.case.env.items()}
+        # `$_` is the shell's own (the last word of the command before), never the one gpu-doctor was started with
+        base_env = {k: EnvVar(k, v, v) for k, v in self.case.env.items() if k != "_"}
         root = self.root
         if root is not None:  # the job starts in its folder, which is where it was submitted from
             base_env["PWD"] = EnvVar("PWD", root, root)

@@ -38,6 +38,9 @@ class Source:
     base_line: int = 0  # for a `bash -c` string: the line it starts on, minus one
     base_offset: int = 0  # and its character offset in the file
     base_col: int = 0
+    # for a `bash -c "..."` string whose value is not its text character for character (`\\$X` is `$X`):
+    # each character's offset in the file, and one past the last
+    offsets: list[int] | None = None
     tree: Any = field(init=False, repr=False)
     _byte_to_char: list[int] | None = field(init=False, repr=False, default=None)
     _line_starts: list[int] = field(init=False, repr=False)
@@ -81,8 +84,24 @@ class Source:
 
     def span(self, start: int, end: int) -> Span:
         last = max(start, end - 1)
+        if self.offsets is not None:
+            return self._file_span(start, end, last)
         return Span(self.path, start + self.base_offset, end + self.base_offset, self.line(start),
                     self.col(start), self.line(last), self.col(last) + (1 if end > start else 0))
+
+    def _file_span(self, start: int, end: int, last: int) -> Span:
+        assert self.offsets is not None
+        at = self.offsets
+        first, stop = at[min(start, len(at) - 1)], (at[min(last, len(at) - 1)] + 1 if end > start else
+                                                     at[min(start, len(at) - 1)])
+
+        def col(pos: int) -> int:
+            k = bisect.bisect_right(self._line_starts, pos) - 1
+            line_start = at[self._line_starts[k]] if k else at[0] - self.base_col  # after a newline: column 1
+            return at[min(pos, len(at) - 1)] - line_start + 1
+
+        return Span(self.path, first, stop, self.line(start), col(start), self.line(last),
+                    col(last) + (1 if end > start else 0))
 
     def node_span(self, node: Node) -> Span:
         return self.span(self.start(node), self.end(node))

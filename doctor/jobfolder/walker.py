@@ -104,7 +104,13 @@ class ShellWalker(Links, Branches):
     def run_string(self, word: Word, ctx: Ctx) -> None:
         """Walk a `bash -c` string where it is written (its spans stay the file's where they can)."""
         span = word.source
-        if span is not None:
+        offsets = _char_offsets(word)
+        first = next((p.span for p in word.pieces if p.text), None)
+        if span is not None and span.end - span.start == len(word.text):
+            src = Source(ctx.src.path, word.text, span.line - 1, span.start, span.col - 1)
+        elif offsets is not None and first is not None:  # escapes in double quotes: each character where it is
+            src = Source(ctx.src.path, word.text, first.line - 1, offsets[0], first.col - 1, offsets)
+        elif span is not None:
             src = Source(ctx.src.path, word.text, span.line - 1, span.start, span.col - 1)
         else:
             src = Source(ctx.src.path, word.text, word.span.line - 1, word.span.start, 0)
@@ -233,7 +239,7 @@ class ShellWalker(Links, Branches):
                                                 varies=True)
         for c in conds:
             self.walk(c, replace(inner, condition=True))
-        if body is not None:
+        if body is not None and not _getopts_without_arguments(conds, ctx):
             self.walk(body, inner)
 
     def _if(self, node: Node, ctx: Ctx) -> None:
@@ -462,6 +468,10 @@ class ShellWalker(Links, Branches):
                 words.append(Word(m.group(), sp, (Piece(m.group(), sp),)))
                 word_lines.append((m.group(), src.line(a)))
         argv = [w.text for w in words]
+        if words:  # `$_`: the last word of the command before (`mkdir -p "$D" && cd "$_"`)
+            last = words[-1]
+            ctx.state.vars["_"] = EnvVar("_", last.text if last.known else None, last.text, site, False,
+                                         pieces=last.pieces)
         if not words:
             for var in inline:
                 ctx.state.vars[var.name] = var
@@ -720,3 +730,29 @@ def _inside_quotes(src: Source, node: Node) -> Span:
     return src.span(a, b)
 
 
+def _char_offsets(word: Word) -> list[int] | None:
+    """Each character of a word written in one place, as its offset in the file (and one past the end):
+    a piece shorter than its text (`\\$`, `\\"` in double quotes) is its last characters."""
+    out: list[int] = []
+    for piece in word.pieces:
+        if not piece.text:
+            continue
+        if piece.span is None:
+            return None
+        width = piece.span.end - piece.span.start
+        skip = max(0, width - len(piece.text))
+        out.extend(piece.span.start + skip + min(i, width - 1) for i in range(len(piece.text)))
+    if not out:
+        return None
+    out.append(out[-1] + 1)
+    return out
+
+
+def _getopts_without_arguments(conds: list[Node], ctx: Ctx) -> bool:
+    """`while getopts "m:e:" opt; do ... done` over a script's own arguments, where it has none (as `${1:-5G}`
+    reads its default): getopts fails at once, the body never runs and the defaults above it stand."""
+    commands = [c for c in conds if c.type not in (";", "&", "\n")]
+    if len(commands) != 1 or ctx.state.args:
+        return False
+    words = words_of(commands[0]) if commands[0].type == "command" else []
+    return len(words) == 3 and ctx.src.text_of(words[0]) == "getopts"

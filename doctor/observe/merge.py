@@ -12,6 +12,7 @@ saw is dropped when bash ran that script to its end without starting it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -58,7 +59,9 @@ class Merger(Places):
             varies = len(values) > 1
             where = first.sites.get(name)
             if where is not None:
-                site: Site | None = self.site(*self.place(where[0], where[1], first.cwd))
+                ran_at = self.site(*self.place(where[0], where[1], first.cwd))
+                # a file the job wrote as it ran (`cat > $RUN/x.env <<EOF`): the line of the folder that writes it
+                site: Site | None = ran_at if os.path.exists(ran_at.file) else self.written_at(name) or ran_at
             elif self.base_env.get(name) == value or name.startswith(SIMULATED) or name in WORKER_VARS:
                 if old is not None:
                     env[name] = old  # inherited, or a stand-in the sandbox set
@@ -75,7 +78,11 @@ class Merger(Places):
                 continue
             if old is not None and _unfollowed(old) and not varies and value:  # '': what the node has, not here
                 old = None  # bash saw what the static reading marked unknown (`read`, `eval`, `source <(...)`)
-            if old is not None and (old.value is None or old.varies or old.value == value) and \
+            # several runs saw what differs per rank: a value that differed between them, or one that did
+            # not (`"...=scorep_rank_${RANK}"` expanded once, in the batch shell, for every task)
+            seen_per_rank = old is not None and len(obs.runs) > 1 and (
+                (varies and not old.varies and _differs_on_one_node(obs, name)) or (old.varies and not varies))
+            if old is not None and not seen_per_rank and (old.value is None or old.varies or old.value == value) and \
                     (old.varies == varies or old.value is None):
                 span = self.literal(site, value) if old.value == value and old.span is None and value else None
                 env[name] = old if span is None else replace(old, raw=value, span=span, pieces=(Piece(value, span),))
@@ -85,11 +92,22 @@ class Merger(Places):
                 found = self.data_line(name, value)  # `while read`, `source <(sed ... profile)`: the data file
                 if found is not None:
                     site, span = found
-            env[name] = EnvVar(name, None if varies else value, value, site, True, varies=varies, span=span,
+            raw = old.raw if varies and old is not None else value  # per rank: as written, not the first run's
+            if not varies and self._stand_in(value):  # `cd "$_"` into `/tmp/ddp_$SLURM_JOB_ID`: the sandbox's id
+                env[name] = EnvVar(name, None, old.raw if old is not None else value, site, True)
+                if _shown(name) and static is not None:
+                    changed.append(name)
+                continue
+            env[name] = EnvVar(name, None if varies else value, raw, site, True, varies=varies, span=span,
                                pieces=(Piece(value, span),) if span is not None else ())
             if _shown(name) and static is not None:
                 changed.append(name)
         return env, changed
+
+    def _stand_in(self, value: str) -> bool:
+        """Whether a value holds the job id the sandbox made up (known only when the job runs)."""
+        job_id = self.base_env.get("SLURM_JOB_ID")
+        return bool(job_id) and re.search(rf"(?<!\d){re.escape(str(job_id))}(?!\d)", value) is not None
 
     def command(self, obs: Observed, static: Command | None, by_id: dict[str, Record],
                 flow: int, order: int) -> Command:
@@ -125,13 +143,14 @@ class Merger(Places):
             # what remedies edit; real tools on the line, exec, env, timeout, are not recorded)
             argv, launch, wrappers, outer = static.argv, static.launch, list(static.wrappers), []
             per_task = static.per_task
-        words = tuple(static.argv_words) if static is not None and static.argv == argv else tuple(
-            Word(a, static.span if static is not None and static.span else self.span(obs.file, obs.line))
-            for a in argv)
+        words = tuple(static.argv_words) if static is not None and static.argv == argv else _aligned_words(
+            static, argv, static.span if static is not None and static.span else self.span(obs.file, obs.line))
         base = static or Command(self.site(obs.file, obs.line), self.text(obs.file, obs.line), argv, {},
                                  flow=flow, order=order, end_line=obs.line, span=self.span(obs.file, obs.line),
                                  statement_line=obs.line)
-        cmd = replace(base, argv=argv, env=env, wrappers=tuple(outer) + tuple(wrappers), launch=launch,
+        # a prefix assignment on the line (`RANK=$rank python ...`) is the value bash gave it there
+        inline = tuple(_at_same_line(env.get(v.name), v) for v in base.inline)
+        cmd = replace(base, argv=argv, env=env, inline=inline, wrappers=tuple(outer) + tuple(wrappers), launch=launch,
                       per_task=per_task, loop=loop, background=run.background or base.background,
                       argv_words=words, cwd=cwd, read="observed", opaque=None)  # bash saw every name set
         self._differ(obs, static, cmd, changed)
@@ -165,6 +184,20 @@ class Merger(Places):
                                      "static": _env_text(old), "observed": _env_text(new)})
 
 
+def _aligned_words(static: Command | None, argv: tuple[str, ...], line: Span) -> tuple[Word, ...]:
+    """The observed argv's words: the line's span for each, but the static word itself for the end both
+    readings agree on, word for word (`"${LAUNCH[@]}" python -m scorep -- train.py`: the launcher bash chose,
+    then the words written on the line, which remedies can edit where they stand)."""
+    out = [Word(a, line) for a in argv]
+    words = static.argv_words if static is not None and len(static.argv_words) == len(static.argv) else ()
+    k = 1
+    while k <= min(len(words), len(argv)) and words[-k].known and words[-k].text == argv[-k] and \
+            words[-k].source is not None:
+        out[-k] = words[-k]
+        k += 1
+    return tuple(out)
+
+
 def _same_argv(static: Command, argv: tuple[str, ...]) -> bool:
     """The observed argv is the static one, or its end after wrappers real tools ran (exec, env, timeout);
     a word the static reading could not know (`"$@"`, `$RANDOM`) stands for whatever bash made of it."""
@@ -190,6 +223,21 @@ def _match(words: list[tuple[str, bool]], argv: list[str]) -> bool:
             else:
                 ok[i][j] = any(ok[i + 1][k] for k in range(j, min(len(argv), j + 64) + 1))
     return ok[0][0]
+
+
+def _at_same_line(merged: EnvVar | None, static: EnvVar) -> EnvVar:
+    same = merged is not None and merged.site is not None and static.site is not None and \
+        (merged.site.file, merged.site.line) == (static.site.file, static.site.line)
+    return merged if same and merged is not None else static
+
+
+def _differs_on_one_node(obs: Observed, name: str) -> bool:
+    """Whether two runs on the same (simulated) node saw different values of `name`: per rank, not a value
+    that differs only from node to node (`scorep_${SLURM_NODEID}`, which the ranks of a node share)."""
+    by_node: dict[str | None, set[str | None]] = {}
+    for r in obs.runs:
+        by_node.setdefault(r.env.get("SLURM_NODEID"), set()).add(r.env.get(name))
+    return any(len(values) > 1 for values in by_node.values())
 
 
 def _unfollowed(var: EnvVar) -> bool:

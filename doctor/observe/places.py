@@ -66,6 +66,17 @@ class Places:
                         hits.append((Site(path, n, text), span))
         return hits[0] if len(hits) == 1 else None
 
+    def written_at(self, name: str) -> Site | None:
+        """For a value set in a file the job writes as it runs: the one line of the job folder's files that
+        writes `NAME=` (the here-document that makes the file), where the user can change it."""
+        pattern = re.compile(rf"(?<![\w$]){re.escape(name)}=")
+        hits: list[Site] = []
+        for path in self._data_files():
+            self.text(path, 1)
+            hits += [Site(path, n, text.strip()) for n, text in enumerate(self.lines.get(path) or [], 1)
+                     if pattern.search(text)]
+        return hits[0] if len(hits) == 1 else None
+
     def _data_files(self) -> list[str]:
         out: list[str] = []
         for folder, dirs, files in os.walk(self.shown_root):

@@ -84,6 +84,29 @@ def chain_root(cmd: Command) -> Command:
     return cmd
 
 
+def in_double_quotes(text: str, offset: int) -> bool:
+    """Whether `offset` of shell `text` lies inside a double-quoted string (`bash -c "..."`): text put
+    there is expanded by the shell that reads the string, not by the one that runs it, so a `$` in it
+    must be written `\\$`."""
+    from doctor.jobfolder.syntax import Source
+
+    src = Source("", text)
+    data = text[:offset].replace("\r\n", " \n").encode("utf-8", "surrogatepass")
+    node = src.root.descendant_for_byte_range(len(data), len(data))
+    while node is not None:
+        if node.type == "string":
+            return True
+        if node.type in ("raw_string", "command_substitution", "heredoc_body"):
+            return False
+        node = node.parent
+    return False
+
+
+def for_double_quotes(shell: str) -> str:
+    """`shell` written inside a double-quoted string, to mean what it means on its own."""
+    return re.sub(r'([$"`\\])', r"\\\1", shell)
+
+
 class SpanEdits:
     """Edits on spans, applied to the draft file by file (one TextDoc per file, so offsets hold)."""
 

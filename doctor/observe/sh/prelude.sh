@@ -53,7 +53,9 @@ __gd_debug() {
   return 0
 }
 set -T
-trap '__gd_debug' DEBUG
+# `"$_"` last: bash sets `$_` to the trap command's last word, so the script's own `$_` (`mkdir -p "$D" && cd "$_"`)
+# is what it was before the trap ran
+trap '__gd_debug "$_"' DEBUG
 
 source "$GD_BIN/record.sh"
 
