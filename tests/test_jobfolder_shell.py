@@ -401,3 +401,32 @@ def test_arithmetic_defaults_and_an_export_of_a_command_output(tmp_path: Path) -
     assert cmd.launch is not None and cmd.launch.spawner is not None and cmd.launch.spawner.nproc == 2
     (note,) = [n for n in job.notes if n.kind == "unresolved"]
     assert note.line == 1 and "curl" in note.text and "only known when the job runs" in note.text
+
+
+@pytest.mark.parametrize("test", ['[[ -n ${SLURM_JOB_ID:-} ]]', '[ -n "$SLURM_JOB_ID" ]', '[[ -z $SLURM_JOBID ]]'])
+@pytest.mark.parametrize("sbatch, sets_it, launcher", [
+    (True, False, "srun"),     # sbatch sets it in every batch job: the srun arm runs
+    (False, False, None),      # a script started by hand: either arm may run
+    (True, True, "mpirun"),    # the script sets it to '' itself: its own value decides
+])
+def test_a_test_of_what_sbatch_always_sets_is_decided_in_a_batch_job(
+        tmp_path: Path, test: str, sbatch: bool, sets_it: bool, launcher: str | None) -> None:
+    if "-z" in test and launcher is not None:  # `-z`: the other arm
+        launcher = {"srun": "mpirun", "mpirun": "srun"}[launcher]
+    write_job(tmp_path, {"run.sh": f"""
+        #!/bin/bash
+        {'#SBATCH --nodes=1' if sbatch else '# started by hand'}
+        {'SLURM_JOB_ID=; SLURM_JOBID=' if sets_it else ':'}
+        if {test}; then
+            LAUNCH=(srun --ntasks-per-node=4)
+        else
+            LAUNCH=(mpirun -np 4)
+        fi
+        "${{LAUNCH[@]}}" python -m scorep train.py
+        """, "train.py": "print(1)\n"})
+    cmds = [c for c in job_of(tmp_path).commands if c.launch is not None]
+    launchers = {c.argv[0] for c in cmds}
+    if launcher is None:
+        assert launchers <= {"srun", "mpirun"} and len(cmds) >= 1, [c.argv for c in cmds]
+    else:
+        assert launchers == {launcher}, [c.argv for c in cmds]

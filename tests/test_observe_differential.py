@@ -32,9 +32,6 @@ KNOWN: dict[str, str] = {
        }.items()},
     "tests/fixtures/heldout/read_memory/broken": "the static reading marks what `read -r A <<< \"$(grep ...)\"` sets "
                                                  "unknown; bash read 8G from profile.cfg",
-    **{f"tests/fixtures/heldout/slurm_or_mpirun/{v}": "the static reading takes `${SLURM_JOB_ID:-}` for unset "
-                                                     "(the mpirun arm); under sbatch bash takes the srun one"
-       for v in ("broken", "clean")},
     **{f"tests/fixtures/heldout/strict_scratch_cd/{v}": "the static reading stays in the submit folder after `cd` "
                                                        "into one known only when the job runs (`mkdir -p "
                                                        "\"${SCRATCH:-/tmp}/ddp_$SLURM_JOB_ID\" && cd \"$_\"`)"

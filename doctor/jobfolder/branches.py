@@ -7,11 +7,19 @@ branches), every branch is read.
 from __future__ import annotations
 
 import fnmatch
+import re
 
 from doctor.jobfolder.expand import Expansion
 from doctor.jobfolder.recovery import STATEMENTS
 from doctor.jobfolder.state import Ctx
 from doctor.jobfolder.syntax import Node, named
+
+# what sbatch sets in every batch job's environment (a test of one of them is decided: it is set)
+SBATCH_SETS = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
+               "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST",
+               "SLURM_CLUSTER_NAME")
+_SLURM_REF = re.compile(r'"?\$(?:\{(' + "|".join(SBATCH_SETS) + r')(?::?[-=+?][^}]*)?\}|('
+                        + "|".join(SBATCH_SETS) + r')\b)"?')
 
 
 class Branches:
@@ -68,11 +76,26 @@ class Branches:
             kids = [c for c in expr.children]
             if len(kids) != 2 or ctx.src.text_of(kids[0]) not in ("-n", "-z"):
                 return None
+            if self._set_by_sbatch(ctx.src.text_of(kids[1]), ctx):  # `[[ -n ${SLURM_JOB_ID:-} ]]` in a
+                return ctx.src.text_of(kids[0]) == "-n"              # batch job: set, whatever it is
             word = self._expand(kids[1], ctx, split=False)
             if not word.known or word.varies:
                 return None
             return (word.value != "") == (ctx.src.text_of(kids[0]) == "-n")
         return None
+
+    def _set_by_sbatch(self, text: str, ctx: Ctx) -> bool:
+        """Whether `text` is one reference to a variable Slurm sets in every batch job, in a job script
+        with `#SBATCH` lines that does not set it itself: its value is known only when the job runs,
+        but it is not empty there."""
+        m = _SLURM_REF.fullmatch(text)
+        if m is None:
+            return False
+        shell = getattr(self, "files", {}).get(ctx.src.path)
+        if shell is None or shell.role != "job" or not shell.sbatch:
+            return False
+        var = ctx.state.vars.get(m.group(1) or m.group(2))
+        return var is None or var.site is None
 
 
 def clause_parts(clause: Node) -> tuple[list[Node], list[Node]]:
