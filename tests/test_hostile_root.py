@@ -11,6 +11,7 @@ names what it skipped in one line. Root-only: CI runs as root.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -147,7 +148,11 @@ def test_the_gate_says_in_one_line_what_it_skipped_and_runs_none_of_it(tmp_path:
     assert not marker.exists(), proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if "not run because the job's owner can change" in ln]
     assert len(lines) == 1, proc.stderr
-    assert "scorep-config" in lines[0] and "framework" in lines[0] and "bindings" in lines[0], lines[0]
+    assert "scorep-config" in lines[0] and "bindings" in lines[0], lines[0]
+    # the framework probe is GPU004's: where no NVIDIA driver skips GPU004 first, it is named only when
+    # the facts fetched ahead reached it before the run ended (a race on a loaded machine)
+    if not re.search(r"^\s*GPU004\s+skip\b", proc.stderr, re.M):
+        assert "framework" in lines[0], lines[0]
 
 
 def test_no_helper_child_imports_a_doctor_package_from_the_working_folder(tmp_path: Path) -> None:
