@@ -539,6 +539,6 @@ def test_applying_a_fix_from_a_finding_returns_to_the_live_overview(job: Path) -
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, (FixScreen, FindingScreen)), what="the overview")
         await rerun_done(pilot, app, before)
-        assert app.results["SCP003"].status == Status.PASS  # the overview shows the fixed state
+        assert app.results["SCP003"].status == Status.PASS, (app.results["SCP003"].message, app.results["SCP003"].evidence)  # the overview shows the fixed state
 
     run_app(app, body)
