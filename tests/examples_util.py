@@ -55,6 +55,6 @@ EXAMPLES = _pristine()
 
 
 def copy_example(name: str, dst: Path) -> Path:
-    """A copy of the shipped example `name` at `dst`, for a test that changes it."""
-    shutil.copytree(EXAMPLES / name, dst, symlinks=True)
-    return dst
+    """A copy of the shipped example `name` at `dst`, for a test that changes it: taken from what git
+    ships, not from `EXAMPLES`, which tests that run the app or a launch on it may have written into."""
+    return copy_shipped(REPO / "examples" / name, dst)

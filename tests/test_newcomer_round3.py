@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from examples_util import EXAMPLES
+from examples_util import EXAMPLES, copy_example
 
 REPO = Path(__file__).resolve().parents[1]
 BROKEN = EXAMPLES / "scorep-ddp-broken"  # the shipped files (examples_util), not the working tree's
@@ -27,9 +27,7 @@ def gate(path: Path, *args: str, env: dict[str, str] | None = None) -> subproces
 
 @pytest.fixture
 def broken(tmp_path: Path) -> Path:
-    dst = tmp_path / "scorep-ddp-broken"
-    shutil.copytree(BROKEN, dst)
-    return dst
+    return copy_example("scorep-ddp-broken", tmp_path / "scorep-ddp-broken")  # never another test's state
 
 
 @pytest.mark.slow
