@@ -267,8 +267,9 @@ def merge(commands: list[Command], records: list[Record], complete: dict[str, bo
     used = {(c.site.file, c.site.line) for c in commands if id(c) in paired}
     out: list[Command] = []
     final: dict[int, Command] = {}  # a static Command -> what stands for it now (workers point at launchers)
-    ran = {merger.place(r.file, r.line, r.cwd)[0] for r in records}
-    started = {merger.place(r.file, r.line, r.cwd) for r in records if not r.approx}
+    placed = [(merger.place(r.file, r.line, r.cwd), r.approx) for r in records]  # each record placed once
+    ran = {where[0] for where, _approx in placed}
+    started = {where for where, approx in placed if not approx}
     for cmd in commands:
         key = (cmd.site.file, cmd.site.line)
         launching = cmd.launch is not None or any(w.name in TASK_WRAPPERS for w in cmd.wrappers)
