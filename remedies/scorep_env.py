@@ -245,8 +245,11 @@ def per_rank_dirs(ctx: RemedyContext) -> None:
             quoted = for_double_quotes if in_double_quotes(edits.doc(head.file).parse_text, start) else str
             if base:
                 value = f"${{SCOREP_EXPERIMENT_DIRECTORY}}/{value}"
-                edits.insert_lines_before(head.file, cmd.statement_line or head.line,
-                                          [quoted('mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"')])
+                line = cmd.statement_line or head.line
+                doc = edits.doc(head.file)
+                # a line of its own: inside the string only where the string spans that line
+                own = for_double_quotes if in_double_quotes(doc.parse_text, doc.line_start(line)) else str
+                edits.insert_lines_before(head.file, line, [own('mkdir -p "$SCOREP_EXPERIMENT_DIRECTORY"')])
             edits.insert(head.file, start, head.line, quoted(f"SCOREP_EXPERIMENT_DIRECTORY={value} "))
         else:
             at = f"{job.rel(var.site.file)}:{var.site.line}" if var.site else where(job, None, cmd)

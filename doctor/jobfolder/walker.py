@@ -737,8 +737,11 @@ def _char_offsets(word: Word) -> list[int] | None:
     for piece in word.pieces:
         if not piece.text:
             continue
-        if piece.span is None:
-            return None
+        if piece.span is None:  # a separator an expansion made (`${ARGS[*]}`): no place of its own,
+            if not out:         # so where the text before it ends
+                return None
+            out.extend([out[-1] + 1] * len(piece.text))
+            continue
         width = piece.span.end - piece.span.start
         skip = max(0, width - len(piece.text))
         out.extend(piece.span.start + skip + min(i, width - 1) for i in range(len(piece.text)))
